@@ -1,0 +1,31 @@
+# django-semaphore: `make test` and `make demo` work on a machine with only
+# Python 3 and make. Everything is installed into .venv from setup.cfg.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install test lint demo clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test,demo,hiredis]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check django_semaphore tests testproject conftest.py
+	$(BIN)/ruff format --check django_semaphore tests testproject conftest.py
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/python testproject/manage.py demo --addrport $(HOST):$(PORT)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info testproject/db.sqlite3 tests/*.sqlite3

@@ -1,0 +1,11 @@
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class SemaphoreConfig(AppConfig):
+    name = "django_semaphore"
+    verbose_name = _("Semaphores")
+    default_auto_field = "django.db.models.AutoField"
+
+    def ready(self):
+        from . import checks  # noqa: F401 - registers the system checks

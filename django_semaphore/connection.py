@@ -1,0 +1,191 @@
+"""The Redis clients: a django-redis alias, a URL, or a cluster.
+
+One sync client per process (redis-py clients are thread-safe and pool their
+connections), one asyncio client per event loop (asyncio connections belong
+to the loop that opened them).  Both caches are dropped when SEMAPHORE_REDIS
+or CACHES change.
+"""
+
+import threading
+import weakref
+
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from . import conf
+
+# Short enough that an unreachable server fails in seconds; a stale pooled
+# connection (after a Redis restart) is retried once on a fresh one.
+DEFAULT_OPTIONS = {
+    "socket_connect_timeout": 1.0,
+    "socket_timeout": 2.0,
+    "health_check_interval": 0,
+}
+
+_lock = threading.Lock()
+_sync_client = None
+_async_clients = weakref.WeakKeyDictionary()
+
+_ASYNC_KWARGS = (
+    "host",
+    "port",
+    "db",
+    "username",
+    "password",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "socket_keepalive",
+    "socket_keepalive_options",
+    "client_name",
+    "encoding",
+    "encoding_errors",
+    "ssl_keyfile",
+    "ssl_certfile",
+    "ssl_cert_reqs",
+    "ssl_ca_certs",
+    "ssl_ca_data",
+    "ssl_check_hostname",
+)
+
+
+def reset():
+    """Forget the cached clients (settings changed, or after fork in tests)."""
+    global _sync_client
+    with _lock:
+        _sync_client = None
+        _async_clients.clear()
+
+
+def _url_options(value):
+    options = {**DEFAULT_OPTIONS, **value.get("OPTIONS", {})}
+    options.setdefault("retry", Retry(NoBackoff(), 1))
+    return options
+
+
+def _build_sync(value):
+    if isinstance(value, str):
+        from django_redis import get_redis_connection
+
+        return get_redis_connection(value)
+    options = _url_options(value)
+    if value.get("CLUSTER"):
+        options.pop("health_check_interval", None)
+        return redis.cluster.RedisCluster.from_url(value["URL"], **options)
+    return redis.Redis.from_url(value["URL"], **options)
+
+
+def get_client():
+    """The sync redis-py client for SEMAPHORE_REDIS (cached per process)."""
+    global _sync_client
+    client = _sync_client
+    if client is None:
+        conf.check_global()
+        with _lock:
+            if _sync_client is None:
+                _sync_client = _build_sync(conf.setting("SEMAPHORE_REDIS"))
+            client = _sync_client
+    return client
+
+
+def _async_from_sync(sync_client):
+    """An asyncio client speaking to the same server as a django-redis client."""
+    pool = sync_client.connection_pool
+    manager = getattr(pool, "sentinel_manager", None)
+    if manager is not None:
+        from redis.asyncio.sentinel import Sentinel
+
+        sentinels = [
+            (s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
+            for s in manager.sentinels
+        ]
+        kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
+        for k in ("host", "port"):
+            kwargs.pop(k, None)
+        return Sentinel(sentinels, sentinel_kwargs=manager.sentinel_kwargs, **kwargs).master_for(
+            pool.service_name
+        )
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
+    if "path" in pool.connection_kwargs:
+        kwargs["unix_socket_path"] = pool.connection_kwargs["path"]
+    if issubclass(pool.connection_class, redis.SSLConnection):
+        kwargs["ssl"] = True
+    kwargs["retry"] = Retry(NoBackoff(), 1)
+    return redis.asyncio.Redis(**kwargs)
+
+
+def _build_async(value):
+    if isinstance(value, str):
+        return _async_from_sync(get_client())
+    options = _url_options(value)
+    if value.get("CLUSTER"):
+        options.pop("health_check_interval", None)
+        return redis.asyncio.cluster.RedisCluster.from_url(value["URL"], **options)
+    return redis.asyncio.Redis.from_url(value["URL"], **options)
+
+
+def get_async_client():
+    """The asyncio client for SEMAPHORE_REDIS on the running event loop."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        conf.check_global()
+        client = _async_clients[loop] = _build_async(conf.setting("SEMAPHORE_REDIS"))
+    return client
+
+
+def is_cluster(client):
+    return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
+
+
+def server_name(client):
+    """A short description of the server a client talks to, for error messages."""
+    try:
+        if is_cluster(client):
+            nodes = client.get_nodes() if hasattr(client, "get_nodes") else []
+            return "cluster " + ",".join(f"{n.host}:{n.port}" for n in nodes[:3])
+        kwargs = client.connection_pool.connection_kwargs
+        if "path" in kwargs:
+            return f"unix:{kwargs['path']}"
+        if "unix_socket_path" in kwargs:
+            return f"unix:{kwargs['unix_socket_path']}"
+        service = getattr(client.connection_pool, "service_name", None)
+        if service:
+            return f"sentinel service {service}"
+        return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+    except Exception:
+        return "redis"
+
+
+def socket_timeout(client):
+    """The client's read timeout in seconds, or None if it has none."""
+    try:
+        if is_cluster(client):
+            node = client.get_default_node()
+            return node.redis_connection.connection_pool.connection_kwargs.get("socket_timeout")
+        return client.connection_pool.connection_kwargs.get("socket_timeout")
+    except Exception:
+        return None
+
+
+def scan_iter(client, match, count=1000):
+    """SCAN on every primary (cluster) or on the one server; never KEYS."""
+    if is_cluster(client):
+        for node in client.get_primaries():
+            yield from node.redis_connection.scan_iter(match=match, count=count)
+        return
+    yield from client.scan_iter(match=match, count=count)
+
+
+async def ascan_iter(client, match, count=1000):
+    """The asyncio twin of :func:`scan_iter`."""
+    if is_cluster(client):
+        for node in client.get_primaries():
+            async for key in node.redis_connection.scan_iter(match=match, count=count):
+                yield key
+        return
+    async for key in client.scan_iter(match=match, count=count):
+        yield key

@@ -1,0 +1,450 @@
+"""The engine: Semaphore, Lease and Holder. No HTTP code lives here."""
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import socket
+import time
+from typing import NamedTuple
+
+from . import conf, connection, signals, waiting
+from .algorithms import ALGORITHMS, Granted, purge, status
+from .algorithms import holders as holders_op
+from .exceptions import SemaphoreFull
+from .keys import PartitionKeys, partition_keys_from_timeouts, timeouts_pattern
+from .scripting import arun, run
+
+META_KEY_LENGTH = 64  # how much of a partition value is copied into meta
+
+
+def _new_identifier():
+    return os.urandom(16).hex()
+
+
+def _to_datetime(ms):
+    return datetime.datetime.fromtimestamp(ms / 1000.0, tz=datetime.timezone.utc)
+
+
+_process_meta = (None, None)
+
+
+def _meta_json(meta, key):
+    """The JSON stored with a holder: the caller's meta plus host and pid."""
+    global _process_meta
+    pid = os.getpid()
+    if _process_meta[0] != pid:
+        _process_meta = (pid, {"host": socket.gethostname(), "pid": pid})
+    if meta is None and key is None:
+        cached = _process_meta[1].get("_json")
+        if cached is None:
+            cached = _process_meta[1]["_json"] = json.dumps(
+                {"host": _process_meta[1]["host"], "pid": pid}, separators=(",", ":")
+            )
+        return cached
+    data = {"host": _process_meta[1]["host"], "pid": pid}
+    if key is not None:
+        data["key"] = str(key)[:META_KEY_LENGTH]
+    if meta:
+        data.update(meta)
+    return json.dumps(data, separators=(",", ":"), default=str)
+
+
+class Holder(NamedTuple):
+    """One live holder of a semaphore, as read from Redis."""
+
+    identifier: str
+    token: int
+    acquired_at: datetime.datetime
+    expires_at: datetime.datetime
+    meta: dict
+
+
+class Lease:
+    """A held slot. Release it, or refresh it before TIMEOUT runs out.
+
+    ``token`` is a fencing token: strictly increasing per semaphore and
+    partition.  ``identifier`` names the slot in Redis.
+    """
+
+    __slots__ = (
+        "semaphore",
+        "key",
+        "identifier",
+        "token",
+        "acquired_ms",
+        "expires_ms",
+        "waited",
+        "_keys",
+        "_config",
+        "_done",
+        "_lost",
+        "__weakref__",
+    )
+
+    def __init__(self, semaphore, key, identifier, granted, keys, config, waited=0.0):
+        self.semaphore = semaphore
+        self.key = key
+        self.identifier = identifier
+        self.token = granted.token
+        self.acquired_ms = granted.acquired_ms
+        self.expires_ms = granted.expires_ms
+        self.waited = waited
+        self._keys = keys
+        self._config = config
+        self._done = False
+        self._lost = False
+
+    def __repr__(self):
+        return f"<Lease {self.semaphore.name!r} token={self.token} key={self.key!r}>"
+
+    @property
+    def name(self):
+        return self.semaphore.name
+
+    @property
+    def acquired_at(self):
+        """When the slot was granted (server time for the "lua" algorithm)."""
+        return _to_datetime(self.acquired_ms)
+
+    @property
+    def expires_at(self):
+        """When the slot is lost unless refreshed (as of the last refresh)."""
+        return _to_datetime(self.expires_ms)
+
+    @property
+    def released(self):
+        """True once release() has been called."""
+        return self._done
+
+    @property
+    def lost(self):
+        """True once a refresh or release found the slot gone."""
+        return self._lost
+
+    def _algorithm(self):
+        return ALGORITHMS[self._config.algorithm]
+
+    def _after_refresh(self, expires):
+        if expires:
+            self.expires_ms = int(expires)
+            return True
+        self._mark_lost()
+        return False
+
+    def _mark_lost(self):
+        if not self._lost:
+            self._lost = True
+            signals.lease_lost.send(sender=Semaphore, semaphore=self.semaphore, lease=self)
+
+    def _after_release(self, held):
+        already = self._done
+        self._done = True
+        if not held and not already:
+            self._mark_lost()
+        if not already:
+            signals.released.send(sender=Semaphore, semaphore=self.semaphore, lease=self, held=held)
+        return held
+
+    def refresh(self):
+        """Extend the lease by TIMEOUT. False if the slot was already lost.
+
+        A lost slot is never re-acquired: the caller must stop relying on it.
+        """
+        if self._done or self._lost:
+            return False
+        op = self._algorithm().refresh(self._keys, self._config.timeout_ms, self.identifier)
+        return self._after_refresh(run(connection.get_client(), op))
+
+    async def arefresh(self):
+        """The asyncio twin of :meth:`refresh`."""
+        if self._done or self._lost:
+            return False
+        op = self._algorithm().refresh(self._keys, self._config.timeout_ms, self.identifier)
+        return self._after_refresh(await arun(connection.get_async_client(), op))
+
+    def release(self):
+        """Give the slot back. True if it was still held, False if it had been lost."""
+        if self._done:
+            return False
+        op = self._algorithm().release(self._keys, self._config.limit, self.identifier)
+        return self._after_release(run(connection.get_client(), op))
+
+    async def arelease(self):
+        """The asyncio twin of :meth:`release`."""
+        if self._done:
+            return False
+        op = self._algorithm().release(self._keys, self._config.limit, self.identifier)
+        return self._after_release(await arun(connection.get_async_client(), op))
+
+
+class PartitionStatus(NamedTuple):
+    """Figures of one partition, read at one instant of server time."""
+
+    key_hash: str
+    limit: int
+    in_use: int
+    waiting: int
+    retry_after: int  # seconds until the earliest lease ends (0 if none held)
+
+    @property
+    def free(self):
+        return max(0, self.limit - self.in_use)
+
+
+def _retry_after_seconds(retry_ms, timeout):
+    return max(1, min(math.ceil(retry_ms / 1000.0), math.ceil(timeout)))
+
+
+class Semaphore:
+    """A distributed counting semaphore: at most ``limit`` holders at once.
+
+    ``Semaphore("reports")`` (no ``limit``) is the semaphore configured in
+    ``SEMAPHORES["reports"]``, read from settings at each call.  With
+    ``limit`` it is an ad-hoc semaphore that needs no SEMAPHORES entry (the
+    connection still comes from SEMAPHORE_REDIS)::
+
+        sem = Semaphore("crawler", limit=3, timeout=10)
+        with sem.hold():
+            ...
+    """
+
+    def __init__(self, name, limit=None, timeout=60, *, wait=0, algorithm="lua"):
+        self.name = name
+        if limit is None:
+            self._config = None
+        else:
+            config, problems = conf.validate_entry(
+                name, {"LIMIT": limit, "TIMEOUT": timeout, "WAIT": wait, "ALGORITHM": algorithm}
+            )
+            for problem in problems:
+                if not problem.warning:
+                    raise ValueError(f"{problem.msg} HINT: {problem.hint}")
+            self._config = config
+
+    def __repr__(self):
+        return f"<Semaphore {self.name!r}>"
+
+    def __eq__(self, other):
+        return isinstance(other, Semaphore) and (self.name, self._config) == (other.name, other._config)
+
+    def __hash__(self):
+        return hash((Semaphore, self.name))
+
+    @property
+    def config(self):
+        """The :class:`~django_semaphore.conf.SemaphoreConfig` in force now."""
+        return self._config or conf.get_config(self.name)
+
+    @property
+    def limit(self):
+        return self.config.limit
+
+    @property
+    def timeout(self):
+        return self.config.timeout
+
+    def partition(self, key=None):
+        """The Redis keys of partition ``key`` (None: the unpartitioned semaphore)."""
+        return PartitionKeys.build(conf.setting("SEMAPHORE_KEY_PREFIX"), self.name, key)
+
+    # -- acquire --------------------------------------------------------------
+
+    def _prepare(self, key, wait, meta):
+        config = self.config
+        wait = config.wait if wait is None else wait
+        if not isinstance(wait, (int, float)) or wait < 0:
+            raise ValueError(f"wait must be a number of seconds >= 0, not {wait!r}.")
+        return config, wait, self.partition(key), _new_identifier(), _meta_json(meta, key)
+
+    def _operation(self, config, wait, keys, identifier, meta_json, client):
+        algorithm = ALGORITHMS[config.algorithm]
+        args = (keys, config.limit, config.timeout_ms, identifier, meta_json)
+        if wait > 0:
+            return waiting.wait_ops(algorithm, *args, wait, client)
+        return algorithm.acquire(*args)
+
+    def _outcome(self, outcome, config, key, keys, identifier, started):
+        waited = time.monotonic() - started
+        if isinstance(outcome, Granted):
+            lease = Lease(self, key, identifier, outcome, keys, config, waited)
+            signals.acquired.send(sender=Semaphore, semaphore=self, lease=lease, waited=waited)
+            return lease, None
+        retry_after = _retry_after_seconds(outcome.retry_after_ms, config.timeout)
+        signals.refused.send(
+            sender=Semaphore, semaphore=self, key=key, retry_after=retry_after, waited=waited
+        )
+        return None, retry_after
+
+    def try_acquire(self, key=None, wait=None, meta=None):
+        """Like :meth:`acquire`, returning ``(lease, None)`` or ``(None, retry_after)``."""
+        started = time.monotonic()
+        config, wait, keys, identifier, meta_json = self._prepare(key, wait, meta)
+        client = connection.get_client()
+        outcome = run(client, self._operation(config, wait, keys, identifier, meta_json, client))
+        return self._outcome(outcome, config, key, keys, identifier, started)
+
+    async def atry_acquire(self, key=None, wait=None, meta=None):
+        """The asyncio twin of :meth:`try_acquire`."""
+        started = time.monotonic()
+        config, wait, keys, identifier, meta_json = self._prepare(key, wait, meta)
+        client = connection.get_async_client()
+        outcome = await arun(client, self._operation(config, wait, keys, identifier, meta_json, client))
+        return self._outcome(outcome, config, key, keys, identifier, started)
+
+    def acquire(self, key=None, wait=None, meta=None):
+        """Take a slot: a :class:`Lease`, or None when none is free.
+
+        ``key`` is the partition value (None: the whole semaphore), ``wait``
+        how many seconds to queue for a slot (None: the configured WAIT),
+        ``meta`` a small JSON-serialisable dict stored with the holder.
+        Raises :class:`~django_semaphore.SemaphoreBackendError` if Redis fails.
+        """
+        return self.try_acquire(key, wait, meta)[0]
+
+    async def aacquire(self, key=None, wait=None, meta=None):
+        """The asyncio twin of :meth:`acquire`."""
+        return (await self.atry_acquire(key, wait, meta))[0]
+
+    @contextlib.contextmanager
+    def hold(self, key=None, wait=None, meta=None):
+        """Hold a slot for the ``with`` block; raise SemaphoreFull if none is free."""
+        lease, retry_after = self.try_acquire(key, wait, meta)
+        if lease is None:
+            raise SemaphoreFull(self.name, retry_after, key)
+        try:
+            yield lease
+        finally:
+            lease.release()
+
+    @contextlib.asynccontextmanager
+    async def ahold(self, key=None, wait=None, meta=None):
+        """The asyncio twin of :meth:`hold`."""
+        lease, retry_after = await self.atry_acquire(key, wait, meta)
+        if lease is None:
+            raise SemaphoreFull(self.name, retry_after, key)
+        try:
+            yield lease
+        finally:
+            await lease.arelease()
+
+    # -- inspection -------------------------------------------------------------
+
+    def _holders(self, raw):
+        now_ms, rows = raw
+        result = []
+        for identifier, expires_ms, rec in rows:
+            rec = rec.decode("utf-8", "replace") if isinstance(rec, bytes) else rec
+            token, acquired, meta = (rec.split(":", 2) + ["", "", ""])[:3]
+            try:
+                meta = json.loads(meta) if meta else {}
+            except ValueError:
+                meta = {"raw": meta}
+            result.append(
+                Holder(
+                    identifier.decode() if isinstance(identifier, bytes) else identifier,
+                    int(token) if token.isdigit() else 0,
+                    _to_datetime(int(acquired)) if acquired.isdigit() else None,
+                    _to_datetime(int(expires_ms)),
+                    meta,
+                )
+            )
+        return result
+
+    def holders(self, key=None):
+        """Live holders of partition ``key``, in token order (oldest first)."""
+        return self._holders(run(connection.get_client(), holders_op(self.partition(key))))
+
+    async def aholders(self, key=None):
+        """The asyncio twin of :meth:`holders`."""
+        return self._holders(await arun(connection.get_async_client(), holders_op(self.partition(key))))
+
+    def _status(self, keys, raw):
+        now_ms, live, waiters, earliest = raw
+        retry = _retry_after_seconds(earliest - now_ms, self.config.timeout) if earliest >= 0 else 0
+        return PartitionStatus(keys.partition_hash.split(".", 1)[1], self.config.limit, live, waiters, retry)
+
+    def status(self, key=None, *, keys=None):
+        """A :class:`PartitionStatus` (limit, in use, free, waiting) of partition ``key``."""
+        keys = keys or self.partition(key)
+        return self._status(keys, run(connection.get_client(), status(keys)))
+
+    def available(self, key=None):
+        """How many slots of partition ``key`` are free now."""
+        return self.status(key).free
+
+    async def aavailable(self, key=None):
+        """The asyncio twin of :meth:`available`."""
+        keys = self.partition(key)
+        return self._status(keys, await arun(connection.get_async_client(), status(keys))).free
+
+    def partitions(self):
+        """PartitionKeys of every partition with keys in Redis (SCAN, never KEYS)."""
+        pattern = timeouts_pattern(conf.setting("SEMAPHORE_KEY_PREFIX"), self.name)
+        client = connection.get_client()
+        found = {}
+        for key in _scan(client, pattern):
+            keys = partition_keys_from_timeouts(key)
+            found[keys.base] = keys
+        return list(found.values())
+
+    def purge_expired(self, dry_run=False):
+        """Remove expired entries from every partition; return how many were removed."""
+        client = connection.get_client()
+        return sum(run(client, purge(keys, dry_run)) for keys in self.partitions())
+
+    async def apurge_expired(self, dry_run=False):
+        """The asyncio twin of :meth:`purge_expired`."""
+        client = connection.get_async_client()
+        pattern = timeouts_pattern(conf.setting("SEMAPHORE_KEY_PREFIX"), self.name)
+        total, seen = 0, set()
+        async for key in connection.ascan_iter(client, pattern):
+            keys = partition_keys_from_timeouts(key)
+            if keys.base not in seen:
+                seen.add(keys.base)
+                total += await arun(client, purge(keys, dry_run))
+        return total
+
+    def force_release(self, identifier, key=None, *, keys=None):
+        """Remove holder ``identifier`` (an operator's action). True if it was live."""
+        keys = keys or self.partition(key)
+        algorithm = ALGORITHMS["lua"]
+        return run(connection.get_client(), algorithm.release(keys, self.config.limit, identifier))
+
+
+def _scan(client, pattern):
+    try:
+        yield from connection.scan_iter(client, pattern)
+    except Exception as exc:
+        from redis.exceptions import RedisError
+
+        from .scripting import _backend_error
+
+        if isinstance(exc, RedisError):
+            raise _backend_error(client, exc) from exc
+        raise
+
+
+class _Semaphores:
+    """``semaphores["name"]``: the semaphores configured in SEMAPHORES."""
+
+    def __getitem__(self, name):
+        conf.get_config(name)  # ImproperlyConfigured for an unknown or invalid name
+        return Semaphore(name)
+
+    def __contains__(self, name):
+        return name in conf.names()
+
+    def __iter__(self):
+        return iter(conf.names())
+
+    def __len__(self):
+        return len(conf.names())
+
+    def all(self):
+        """Every configured semaphore, in settings order."""
+        return [Semaphore(name) for name in conf.names()]
+
+
+semaphores = _Semaphores()

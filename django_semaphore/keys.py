@@ -1,0 +1,134 @@
+"""Redis key naming.
+
+Every key of one semaphore partition looks like::
+
+    <prefix>:<slug>:{<name hash>.<key hash>}:<suffix>
+
+* ``<prefix>`` is SEMAPHORE_KEY_PREFIX;
+* ``<slug>`` is a readable, sanitised and truncated copy of the semaphore name,
+  for people reading ``redis-cli --scan`` output only;
+* the ``{...}`` part is the cluster hash tag: it is made of hex digests only,
+  so whatever the name or the key value holds (braces, NUL, newlines, 100 kB),
+  all keys of the partition share one slot, keys stay short, and two names can
+  never share keys (``"x:owner"`` hashes differently from ``"x"``);
+* the key hash is ``_`` for the unpartitioned semaphore (``key=None``), which no
+  digest can equal, so ``key=None`` and ``key=""`` are different partitions.
+"""
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+SLUG_LENGTH = 40
+NAME_DIGEST_SIZE = 8  # bytes -> 16 hex characters
+KEY_DIGEST_SIZE = 10  # bytes -> 20 hex characters
+UNPARTITIONED = "_"
+
+# Suffixes of the keys of one partition.
+TIMEOUTS = "t"  # ZSET identifier -> expiry (server time, ms)
+OWNERS = "o"  # ZSET identifier -> fair counter value (the token)
+HOLDS = "h"  # HASH identifier -> "token:acquired_ms:meta json"; field "#" = counter
+QUEUE = "q"  # ZSET waiter identifier -> ticket number (arrival order)
+QUEUE_DEADLINES = "d"  # ZSET waiter identifier -> ticket expiry (ms)
+LOCK = "l"  # STRING the fair_locked variant's lock
+WAKE = "w:"  # LIST per waiter: a push here wakes it (suffix + identifier)
+
+
+def _digest(value, size):
+    if isinstance(value, bytes):
+        data = value
+    else:
+        data = str(value).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=size).hexdigest()
+
+
+def name_hash(name):
+    """The hex digest identifying a semaphore name inside key hash tags."""
+    return _digest(name, NAME_DIGEST_SIZE)
+
+
+def key_hash(key):
+    """The hex digest identifying a partition value (``_`` for ``None``)."""
+    if key is None:
+        return UNPARTITIONED
+    return _digest(key, KEY_DIGEST_SIZE)
+
+
+def slug(name):
+    """A readable, key-safe, bounded rendering of a semaphore name."""
+    text = _SLUG_UNSAFE.sub("_", str(name))[:SLUG_LENGTH]
+    return text or "_"
+
+
+def glob_escape(text):
+    """Escape ``text`` for a Redis SCAN MATCH pattern."""
+    return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionKeys:
+    """The Redis keys of one semaphore partition, all in one hash slot."""
+
+    base: str
+
+    @classmethod
+    def build(cls, prefix, name, key=None):
+        return cls(f"{prefix}:{slug(name)}:{{{name_hash(name)}.{key_hash(key)}}}:")
+
+    @property
+    def timeouts(self):
+        return self.base + TIMEOUTS
+
+    @property
+    def owners(self):
+        return self.base + OWNERS
+
+    @property
+    def holds(self):
+        return self.base + HOLDS
+
+    @property
+    def queue(self):
+        return self.base + QUEUE
+
+    @property
+    def queue_deadlines(self):
+        return self.base + QUEUE_DEADLINES
+
+    @property
+    def lock(self):
+        return self.base + LOCK
+
+    @property
+    def wake_prefix(self):
+        return self.base + WAKE
+
+    def wake(self, identifier):
+        return self.base + WAKE + identifier
+
+    @property
+    def main(self):
+        """Keys every script takes, in the order the scripts expect them."""
+        return (self.timeouts, self.owners, self.holds, self.queue, self.queue_deadlines)
+
+    @property
+    def partition_hash(self):
+        """The ``name.key`` digests inside the hash tag."""
+        return self.base[self.base.index("{") + 1 : self.base.index("}")]
+
+
+def timeouts_pattern(prefix, name=None):
+    """SCAN MATCH pattern for the timeout ZSETs of one semaphore (or of all)."""
+    if name is None:
+        return f"{glob_escape(prefix)}:*:{{*}}:{TIMEOUTS}"
+    return f"{glob_escape(prefix)}:{glob_escape(slug(name))}:{{{name_hash(name)}.*}}:{TIMEOUTS}"
+
+
+def partition_keys_from_timeouts(key):
+    """PartitionKeys for a timeout ZSET key found by SCAN."""
+    if isinstance(key, bytes):
+        key = key.decode("utf-8", "surrogateescape")
+    return PartitionKeys(key[: -len(TIMEOUTS)])

@@ -1,0 +1,146 @@
+"""Redis requests and the sync/async drivers that execute them.
+
+The algorithms (:mod:`django_semaphore.algorithms`) are written once, as
+generators that yield requests — a :class:`Script` call, a :class:`Pipe` of
+commands, one :class:`Command` or a :class:`Sleep` — and receive the replies.  :func:`run` executes
+them on a sync client and :func:`arun` on an asyncio client, so the sync and
+async APIs share every script, key and decision.
+"""
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass
+from importlib import resources
+
+from redis.exceptions import NoScriptError, RedisError
+
+from .connection import server_name
+from .exceptions import SemaphoreBackendError
+
+
+class LuaScript:
+    """A Lua source from ``scripts/``, run with EVALSHA and loaded on NOSCRIPT."""
+
+    _prelude = None
+
+    def __init__(self, name):
+        if LuaScript._prelude is None:
+            LuaScript._prelude = _read("_lib.lua")
+        self.name = name
+        self.source = LuaScript._prelude + _read(f"{name}.lua")
+        self.sha = hashlib.sha1(self.source.encode()).hexdigest()
+
+    def __repr__(self):
+        return f"<LuaScript {self.name} {self.sha[:8]}>"
+
+
+def _read(filename):
+    return resources.files("django_semaphore").joinpath("scripts", filename).read_text("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """Run ``script`` with ``keys`` and ``args``."""
+
+    script: LuaScript
+    keys: tuple
+    args: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Pipe:
+    """Send ``commands`` (tuples) in one round trip, as MULTI/EXEC if ``transaction``."""
+
+    commands: tuple
+    transaction: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """Send one command (a tuple of its words) and return its reply."""
+
+    args: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Pause for ``seconds`` (time.sleep or asyncio.sleep, as the driver is)."""
+
+    seconds: float
+
+
+def _backend_error(client, exc):
+    return SemaphoreBackendError(
+        f"Redis at {server_name(client)} failed: {type(exc).__name__}: {exc}",
+        server=server_name(client),
+    )
+
+
+def execute(client, request):
+    """Execute one request on a sync client."""
+    if type(request) is Script:
+        numkeys = len(request.keys)
+        try:
+            return client.evalsha(request.script.sha, numkeys, *request.keys, *request.args)
+        except NoScriptError:
+            # After a restart, failover or SCRIPT FLUSH: EVAL also caches it again.
+            return client.eval(request.script.source, numkeys, *request.keys, *request.args)
+    if type(request) is Pipe:
+        pipe = client.pipeline(transaction=request.transaction)
+        for command in request.commands:
+            pipe.execute_command(*command)
+        return pipe.execute()
+    if type(request) is Command:
+        return client.execute_command(*request.args)
+    if type(request) is Sleep:
+        time.sleep(request.seconds)
+        return None
+    raise TypeError(f"not a request: {request!r}")
+
+
+async def aexecute(client, request):
+    """Execute one request on an asyncio client."""
+    if type(request) is Script:
+        numkeys = len(request.keys)
+        try:
+            return await client.evalsha(request.script.sha, numkeys, *request.keys, *request.args)
+        except NoScriptError:
+            return await client.eval(request.script.source, numkeys, *request.keys, *request.args)
+    if type(request) is Pipe:
+        pipe = client.pipeline(transaction=request.transaction)
+        for command in request.commands:
+            pipe.execute_command(*command)
+        return await pipe.execute()
+    if type(request) is Command:
+        return await client.execute_command(*request.args)
+    if type(request) is Sleep:
+        await asyncio.sleep(request.seconds)
+        return None
+    raise TypeError(f"not a request: {request!r}")
+
+
+def run(client, operation):
+    """Drive an operation generator on a sync client; return its result."""
+    try:
+        request = next(operation)
+        while True:
+            request = operation.send(execute(client, request))
+    except StopIteration as done:
+        return done.value
+    except RedisError as exc:
+        raise _backend_error(client, exc) from exc
+
+
+async def arun(client, operation):
+    """Drive an operation generator on an asyncio client; return its result."""
+    try:
+        request = next(operation)
+        while True:
+            request = operation.send(await aexecute(client, request))
+    except StopIteration as done:
+        return done.value
+    except RedisError as exc:
+        raise _backend_error(client, exc) from exc
+    except OSError as exc:  # asyncio connections can raise these unwrapped
+        raise _backend_error(client, exc) from exc

@@ -1,0 +1,70 @@
+-- Acquire a slot, fairly, in one atomic step.
+-- ARGV: limit, lease ms, identifier, meta json, ticket ms (0: do not queue), wake prefix
+-- Returns {1, token, acquired_ms, expires_ms} or {0, retry_after_ms, waiters ahead}.
+local limit = tonumber(ARGV[1])
+local lease = tonumber(ARGV[2])
+local id = ARGV[3]
+local ticket = tonumber(ARGV[5])
+local now, clock = server_ms()
+
+purge_holders(now, 1000)
+
+-- A retried acquire (same identifier) that already got its slot gets it again.
+local held = redis.call('ZSCORE', KEYS[1], id)
+if held and tonumber(held) > now then
+  local rec = redis.call('HGET', KEYS[3], id)
+  if rec then
+    local token, acquired = string.match(rec, '^(%d+):(%d+):')
+    return {1, token, tonumber(acquired), tonumber(held)}
+  end
+end
+
+local waiting = purge_waiters(now)
+local ahead = waiting
+local rank = nil
+if waiting > 0 then
+  rank = redis.call('ZRANK', KEYS[4], id)
+  if rank then ahead = rank end
+end
+local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+
+if limit - live > ahead then
+  if rank then
+    redis.call('ZREM', KEYS[4], id)
+    redis.call('ZREM', KEYS[5], id)
+    redis.call('DEL', ARGV[6] .. id)
+  end
+  -- The fair counter: seeded from server time when its key is gone, so tokens
+  -- keep increasing across idle periods; returned as a string to stay exact.
+  local n = redis.call('HINCRBY', KEYS[3], '#', 1)
+  local token
+  if n == 1 then
+    token = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
+    redis.call('HSET', KEYS[3], '#', token)
+  elseif n >= 9007199254740992 then
+    token = redis.call('HGET', KEYS[3], '#')
+  else
+    token = string.format('%.0f', n)
+  end
+  local expires = now + lease
+  redis.call('ZADD', KEYS[1], expires, id)
+  redis.call('ZADD', KEYS[2], token, id)
+  redis.call('HSET', KEYS[3], id, token .. ':' .. now .. ':' .. ARGV[4])
+  keep_alive(now, expires)
+  return {1, token, now, expires}
+end
+
+if ticket > 0 then
+  if not rank then
+    -- Tickets are numbered by server time in microseconds: arrival order.
+    redis.call('ZADD', KEYS[4], tonumber(clock[1]) * 1000000 + tonumber(clock[2]), id)
+    rank = waiting
+  end
+  redis.call('ZADD', KEYS[5], now + ticket, id)
+  redis.call('PEXPIRE', KEYS[4], ticket + 1000)
+  redis.call('PEXPIRE', KEYS[5], ticket + 1000)
+end
+local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local retry = lease
+if first[2] then retry = tonumber(first[2]) - now end
+return {0, retry, rank or ahead}

@@ -1,0 +1,12 @@
+-- Live holders in owner (token) order: {now_ms, id, expiry_ms, record, id, expiry_ms, record, ...}.
+local now = server_ms()
+local out = {now}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  local expiry = redis.call('ZSCORE', KEYS[1], id)
+  if expiry and tonumber(expiry) > now then
+    out[#out + 1] = id
+    out[#out + 1] = tonumber(expiry)
+    out[#out + 1] = redis.call('HGET', KEYS[3], id) or ''
+  end
+end
+return out

@@ -1,0 +1,15 @@
+-- Extend a live lease; never re-acquire a lost one. ARGV: identifier, lease ms.
+-- Returns the new expiry (ms), or 0 if the slot had been lost.
+local id = ARGV[1]
+local now = server_ms()
+local expiry = redis.call('ZSCORE', KEYS[1], id)
+if not expiry or tonumber(expiry) <= now then
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('HDEL', KEYS[3], id)
+  return 0
+end
+local expires = now + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', expires, id)
+keep_alive(now, expires)
+return expires

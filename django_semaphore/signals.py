@@ -1,0 +1,18 @@
+"""Signals sent by django-semaphore.
+
+Every signal is sent with ``sender=Semaphore`` and the keyword ``semaphore``
+(the :class:`~django_semaphore.core.Semaphore`), plus:
+
+* ``acquired``: ``lease``, ``waited`` (seconds spent queueing);
+* ``refused``: ``key`` (partition value), ``retry_after`` (seconds), ``waited``;
+* ``released``: ``lease``, ``held`` (False if the slot had been lost before);
+* ``lease_lost``: ``lease`` — a refresh or release found the slot gone
+  (expired, purged, force-released, or Redis lost it). Sent once per lease.
+"""
+
+from django.dispatch import Signal
+
+acquired = Signal()
+refused = Signal()
+released = Signal()
+lease_lost = Signal()

@@ -1,0 +1,1 @@
+"""Helpers for projects testing code that uses django-semaphore."""
