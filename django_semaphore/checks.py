@@ -55,7 +55,8 @@ def check_redis(app_configs=None, **kwargs):
                 checks.Warning(
                     f"CACHES[{value!r}] sets no SOCKET_CONNECT_TIMEOUT or SOCKET_TIMEOUT, so an "
                     "unreachable Redis can hold guarded requests for minutes.",
-                    hint=f'Add "SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2 to CACHES[{value!r}]["OPTIONS"].',
+                    hint=f'Add "SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2 '
+                    f'to CACHES[{value!r}]["OPTIONS"].',
                     id="django_semaphore.W002",
                 )
             )

@@ -38,10 +38,7 @@ WAKE = "w:"  # LIST per waiter: a push here wakes it (suffix + identifier)
 
 
 def _digest(value, size):
-    if isinstance(value, bytes):
-        data = value
-    else:
-        data = str(value).encode("utf-8", "surrogatepass")
+    data = value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
     return hashlib.blake2b(data, digest_size=size).hexdigest()
 
 
