@@ -352,9 +352,12 @@ class Semaphore:
             )
         return result
 
-    def holders(self, key=None):
-        """Live holders of partition ``key``, in token order (oldest first)."""
-        return self._holders(run(connection.get_client(), holders_op(self.partition(key))))
+    def holders(self, key=None, *, keys=None):
+        """Live holders of partition ``key``, in token order (oldest first).
+
+        ``keys`` (a PartitionKeys from :meth:`partitions`) may stand for ``key``.
+        """
+        return self._holders(run(connection.get_client(), holders_op(keys or self.partition(key))))
 
     async def aholders(self, key=None):
         """The asyncio twin of :meth:`holders`."""
