@@ -27,23 +27,19 @@ def _to_datetime(ms):
     return datetime.datetime.fromtimestamp(ms / 1000.0, tz=datetime.timezone.utc)
 
 
-_process_meta = (None, None)
+_process = (None, None, None)  # (pid, host, JSON of {"host", "pid"}) of this process
 
 
 def _meta_json(meta, key):
     """The JSON stored with a holder: the caller's meta plus host and pid."""
-    global _process_meta
+    global _process
     pid = os.getpid()
-    if _process_meta[0] != pid:
-        _process_meta = (pid, {"host": socket.gethostname(), "pid": pid})
+    if _process[0] != pid:  # first call, or first call after fork()
+        host = socket.gethostname()
+        _process = (pid, host, json.dumps({"host": host, "pid": pid}, separators=(",", ":")))
     if meta is None and key is None:
-        cached = _process_meta[1].get("_json")
-        if cached is None:
-            cached = _process_meta[1]["_json"] = json.dumps(
-                {"host": _process_meta[1]["host"], "pid": pid}, separators=(",", ":")
-            )
-        return cached
-    data = {"host": _process_meta[1]["host"], "pid": pid}
+        return _process[2]
+    data = {"host": _process[1], "pid": pid}
     if key is not None:
         data["key"] = str(key)[:META_KEY_LENGTH]
     if meta:

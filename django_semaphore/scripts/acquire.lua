@@ -57,7 +57,7 @@ end
 if ticket > 0 then
   if not rank then
     -- Tickets are numbered by server time in microseconds: arrival order.
-    redis.call('ZADD', KEYS[4], tonumber(clock[1]) * 1000000 + tonumber(clock[2]), id)
+    redis.call('ZADD', KEYS[4], string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2])), id)
     rank = waiting
   end
   redis.call('ZADD', KEYS[5], now + ticket, id)
