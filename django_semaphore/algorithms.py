@@ -94,7 +94,10 @@ class Lua:
 
 
 def _client_ms():
-    return int(time.time() * 1000)
+    # Sub-millisecond, as the seeds' time.time(): whole milliseconds would tie
+    # acquires made in the same millisecond, and ZRANK orders ties by the
+    # (random) identifier, letting a newcomer outrank a holder.
+    return time.time() * 1000
 
 
 def _keep_alive(keys, ttl_ms):
@@ -122,7 +125,7 @@ class Basic:
                 ("ZREMRANGEBYSCORE", keys.timeouts, "-inf", now),
                 ("ZADD", keys.timeouts, now + timeout_ms, identifier),
                 ("ZRANK", keys.timeouts, identifier),
-                ("HSETNX", keys.holds, "#", now * 1000),
+                ("HSETNX", keys.holds, "#", int(now * 1000)),
                 ("HINCRBY", keys.holds, "#", 1),
                 ("ZRANGE", keys.timeouts, 0, 0, "WITHSCORES"),
             )
@@ -132,11 +135,11 @@ class Basic:
             yield Pipe(
                 (
                     ("ZADD", keys.owners, token, identifier),
-                    ("HSET", keys.holds, identifier, record(token, now, meta_json)),
+                    ("HSET", keys.holds, identifier, record(token, int(now), meta_json)),
                 )
                 + _keep_alive(keys, timeout_ms + 1000)
             )
-            return Granted(token, now, now + timeout_ms)
+            return Granted(token, int(now), int(now + timeout_ms))
         yield Pipe((("ZREM", keys.timeouts, identifier),) + _keep_alive(keys, timeout_ms + 1000))
         return Refused(_retry_ms(reply[5], now, timeout_ms))
 
@@ -189,7 +192,7 @@ class Fair(Basic):
             (
                 ("ZREMRANGEBYSCORE", keys.timeouts, "-inf", now),
                 ("ZINTERSTORE", keys.owners, 2, keys.owners, keys.timeouts, "WEIGHTS", 1, 0),
-                ("HSETNX", keys.holds, "#", now * 1000),
+                ("HSETNX", keys.holds, "#", int(now * 1000)),
                 ("HINCRBY", keys.holds, "#", 1),
             )
         )
@@ -204,10 +207,10 @@ class Fair(Basic):
         )
         if reply[2] is not None and reply[2] < limit:
             yield Pipe(
-                (("HSET", keys.holds, identifier, record(token, now, meta_json)),)
+                (("HSET", keys.holds, identifier, record(token, int(now), meta_json)),)
                 + _keep_alive(keys, timeout_ms + 1000)
             )
-            return Granted(token, now, now + timeout_ms)
+            return Granted(token, int(now), int(now + timeout_ms))
         yield Pipe(
             (("ZREM", keys.timeouts, identifier), ("ZREM", keys.owners, identifier))
             + _keep_alive(keys, timeout_ms + 1000)
