@@ -346,6 +346,9 @@ class Semaphore:
                     meta,
                 )
             )
+        # The owner ZSET scores are doubles: beyond 2**53 neighbouring tokens
+        # can share a score, so the exact tokens settle the order.
+        result.sort(key=lambda holder: holder.token)
         return result
 
     def holders(self, key=None, *, keys=None):
@@ -410,6 +413,24 @@ class Semaphore:
         keys = keys or self.partition(key)
         algorithm = ALGORITHMS["lua"]
         return run(connection.get_client(), algorithm.release(keys, self.config.limit, identifier))
+
+    # -- decorating functions (django_semaphore.guards) -------------------------
+
+    do_not_call_in_templates = True  # a Semaphore is callable (a decorator), not a value getter
+
+    def guard(self, key=None, wait=None, meta=None, refresh=None):
+        """A decorator holding a slot for each call of a sync or async function.
+
+        See :class:`~django_semaphore.guards.Guard` for the options; a refused
+        call raises :class:`~django_semaphore.SemaphoreFull`.
+        """
+        from .guards import Guard
+
+        return Guard(self, key=key, wait=wait, meta=meta, refresh=refresh)
+
+    def __call__(self, func):
+        """``@semaphore`` on a function: ``self.guard()(func)``."""
+        return self.guard()(func)
 
 
 def _scan(client, pattern):
