@@ -1,0 +1,219 @@
+"""Semaphores as decorators on plain functions and tasks, sync or async.
+
+A :class:`~django_semaphore.core.Semaphore` is itself a decorator: each call
+of the decorated function holds one slot for the whole run::
+
+    @semaphores["crawler"]                     # configured in SEMAPHORES
+    def fetch(url): ...
+
+    @Semaphore("crawler", limit=3, timeout=30)  # ad hoc, no settings entry
+    async def afetch(url): ...
+
+:meth:`Semaphore.guard <django_semaphore.core.Semaphore.guard>` gives the
+per-use options::
+
+    @semaphores["crawler"].guard(key=lambda url: urlsplit(url).hostname, wait=5)
+    def fetch(url): ...
+
+A call waits for a slot up to ``wait`` seconds (default: the semaphore's
+WAIT), then raises :class:`~django_semaphore.SemaphoreFull` with
+``retry_after``.  While the function runs, the lease watchdog
+(:mod:`django_semaphore.refresh`) renews the lease, so a run may outlast
+TIMEOUT; TIMEOUT then only bounds how long a crashed process keeps its slot.
+The running function finds its lease with :func:`current_lease`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from .exceptions import SemaphoreBackendError, SemaphoreFull
+
+if TYPE_CHECKING:
+    from .core import Lease, Semaphore
+
+__all__ = ["Guard", "KeyFunction", "current_lease"]
+
+logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: ``key=`` may be a partition value, or a function of the decorated
+#: function's arguments returning one (None: the unpartitioned semaphore).
+KeyFunction = Callable[..., "str | None"]
+
+_held: contextvars.ContextVar[Mapping[str, Lease] | None] = contextvars.ContextVar(
+    "django_semaphore_held", default=None
+)
+
+
+def current_lease(name: str | None = None) -> Lease | None:
+    """The lease held by the guarded function running in this context.
+
+    ``name`` picks a semaphore when guards are nested; without it, the
+    innermost guard's lease.  None outside any guarded function.  Use it for
+    the fencing token (``current_lease().token``) or to check ``lost``.
+    """
+    held = _held.get()
+    if not held:
+        return None
+    if name is not None:
+        return held.get(name)
+    return next(reversed(held.values()))
+
+
+@contextlib.contextmanager
+def _in_context(lease: Lease) -> Iterator[None]:
+    token = _held.set({**(_held.get() or {}), lease.semaphore.name: lease})
+    try:
+        yield
+    finally:
+        _held.reset(token)
+
+
+def _watchdog() -> Any:
+    """The lease watchdog module, or None while it is not installed."""
+    try:
+        from . import refresh
+    except ImportError:
+        return None
+    return refresh if hasattr(refresh, "watching") else None
+
+
+class Guard:
+    """Hold a slot of ``semaphore`` for every call of the decorated function.
+
+    Made by :meth:`Semaphore.guard <django_semaphore.core.Semaphore.guard>`
+    (or by using the semaphore itself as a decorator, which is
+    ``semaphore.guard()``):
+
+    * ``key``: the partition, either a value (a string; None is the whole
+      semaphore) or a callable taking the decorated function's arguments and
+      returning the value, e.g. ``key=lambda url: urlsplit(url).hostname``;
+    * ``wait``: seconds to queue for a slot before :class:`SemaphoreFull` is
+      raised (None: the semaphore's WAIT);
+    * ``meta``: a small JSON-serialisable dict stored with the holder (the
+      admin shows it); the guard adds ``function`` (its qualified name);
+    * ``refresh``: renew the lease while the function runs (None: the
+      semaphore's AUTO_REFRESH, True unless configured otherwise).
+
+    The lease is released when the function returns or raises.  A Redis
+    failure while acquiring raises :class:`SemaphoreBackendError` before the
+    function runs; one while releasing is logged and not raised (the
+    function's own result or exception wins, and the slot expires after
+    TIMEOUT).  Generator functions are refused: hold the slot inside them
+    with ``semaphore.hold()`` instead.
+    """
+
+    def __init__(
+        self,
+        semaphore: Semaphore,
+        key: str | KeyFunction | None = None,
+        wait: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+        refresh: bool | None = None,
+    ) -> None:
+        if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0):
+            raise ValueError(f"wait must be a number of seconds >= 0 or None, not {wait!r}.")
+        if refresh is not None and not isinstance(refresh, bool):
+            raise ValueError(f"refresh must be True, False or None, not {refresh!r}.")
+        self.semaphore = semaphore
+        self.key = key
+        self.wait = wait
+        self.meta = dict(meta) if meta else {}
+        self.refresh = refresh
+
+    def __repr__(self) -> str:
+        return f"<Guard {self.semaphore.name!r} key={self.key!r} wait={self.wait!r}>"
+
+    def partition(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        """The partition value for one call with ``args`` and ``kwargs``."""
+        if callable(self.key):
+            value = self.key(*args, **kwargs)
+            return None if value is None else str(value)
+        return self.key
+
+    def _refreshes(self) -> bool:
+        return self.semaphore.config.auto_refresh if self.refresh is None else self.refresh
+
+    def _meta(self, func: Callable[..., Any]) -> dict[str, Any]:
+        return {"function": f"{func.__module__}.{func.__qualname__}", **self.meta}
+
+    def __call__(self, func: F) -> F:
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+            raise TypeError(
+                f"{func.__qualname__} is a generator function; a guard would release its slot "
+                "before the generator runs. Hold the slot inside it: `with semaphore.hold(): ...`."
+            )
+        if inspect.iscoroutinefunction(func):
+            return cast(F, self._wrap_async(func))
+        return cast(F, self._wrap_sync(func))
+
+    def _wrap_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        meta = self._meta(func)
+
+        @functools.wraps(func)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            key = self.partition(args, kwargs)
+            lease, retry_after = self.semaphore.try_acquire(key, self.wait, meta)
+            if lease is None:
+                raise SemaphoreFull(self.semaphore.name, retry_after or 1, key)
+            try:
+                with _in_context(lease), self._watch(lease):
+                    return func(*args, **kwargs)
+            finally:
+                try:
+                    lease.release()
+                except SemaphoreBackendError as exc:
+                    logger.warning("Could not release %r: %s", lease, exc)
+
+        guarded.guard = self  # type: ignore[attr-defined]
+        return guarded
+
+    def _wrap_async(self, func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        meta = self._meta(func)
+
+        @functools.wraps(func)
+        async def aguarded(*args: Any, **kwargs: Any) -> Any:
+            key = self.partition(args, kwargs)
+            lease, retry_after = await self.semaphore.atry_acquire(key, self.wait, meta)
+            if lease is None:
+                raise SemaphoreFull(self.semaphore.name, retry_after or 1, key)
+            try:
+                with _in_context(lease):
+                    async with self._awatch(lease):
+                        return await func(*args, **kwargs)
+            finally:
+                try:
+                    await lease.arelease()
+                except SemaphoreBackendError as exc:
+                    logger.warning("Could not release %r: %s", lease, exc)
+
+        aguarded.guard = self  # type: ignore[attr-defined]
+        return aguarded
+
+    # -- the watchdog -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _watch(self, lease: Lease) -> Iterator[None]:
+        refresh = _watchdog() if self._refreshes() else None
+        if refresh is None:
+            yield
+            return
+        with refresh.watching(lease):
+            yield
+
+    @contextlib.asynccontextmanager
+    async def _awatch(self, lease: Lease) -> AsyncIterator[None]:
+        refresh = _watchdog() if self._refreshes() else None
+        if refresh is None:
+            yield
+            return
+        async with refresh.awatching(lease):
+            yield
