@@ -32,6 +32,26 @@ def free_port():
         return sock.getsockname()[1]
 
 
+def _port_is_free(port):
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_cluster_port():
+    """A free port P <= 55535 whose cluster bus port P + 10000 is free too."""
+    import random
+
+    for _ in range(1000):
+        port = random.randint(20000, 55535)
+        if _port_is_free(port) and _port_is_free(port + 10000):
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
 class RedisServer:
     """One redis-server process on 127.0.0.1, without persistence."""
 
@@ -96,6 +116,279 @@ class RedisServer:
 
     def cleanup(self):
         self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.cleanup()
+
+
+def redis_cli_binary():
+    """Path of redis-cli, or None."""
+    return shutil.which("redis-cli")
+
+
+def _wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} within {timeout}s")
+
+
+class RedisClusterServers:
+    """A Redis Cluster of ``primaries`` primary nodes on 127.0.0.1, no replicas.
+
+    The slots are assigned by ``redis-cli --cluster create`` when redis-cli is
+    on PATH, else with CLUSTER ADDSLOTS and CLUSTER MEET (same result).
+    :meth:`start` returns once every node reports ``cluster_state:ok``.
+    """
+
+    def __init__(self, primaries=3, binary=None, node_timeout_ms=2000):
+        self.nodes = [
+            RedisServer(
+                port=free_cluster_port(),
+                binary=binary,
+                args=(
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    str(node_timeout_ms),
+                ),
+            )  # fmt: skip
+            for _ in range(primaries)
+        ]
+
+    @property
+    def url(self):
+        return self.nodes[0].url
+
+    @property
+    def startup_nodes(self):
+        return [("127.0.0.1", node.port) for node in self.nodes]
+
+    def _client(self, node):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=5)
+
+    def start(self, timeout=30.0):
+        try:
+            for node in self.nodes:
+                node.start()
+            self._create(timeout)
+            _wait_for(self.is_ok, timeout, "the cluster did not report cluster_state:ok")
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def _create(self, timeout):
+        cli = redis_cli_binary()
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        if cli:
+            subprocess.run(
+                [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=timeout,
+            )
+            return
+        count = len(self.nodes)
+        for i, node in enumerate(self.nodes):
+            first, last = i * 16384 // count, (i + 1) * 16384 // count - 1
+            with self._client(node) as client:
+                client.execute_command("CLUSTER ADDSLOTS", *range(first, last + 1))
+        with self._client(self.nodes[0]) as client:
+            for node in self.nodes[1:]:
+                client.execute_command("CLUSTER MEET", "127.0.0.1", node.port)
+
+    def info(self, node):
+        with self._client(node) as client:
+            text = client.execute_command("CLUSTER INFO")
+        if isinstance(text, dict):  # redis-py parses it
+            return {str(k): str(v) for k, v in text.items()}
+        text = text.decode() if isinstance(text, bytes) else text
+        return dict(line.split(":", 1) for line in text.split() if ":" in line)
+
+    def is_ok(self):
+        try:
+            return all(
+                info.get("cluster_state") == "ok"
+                and info.get("cluster_slots_ok") == "16384"
+                and info.get("cluster_known_nodes") == str(len(self.nodes))
+                for info in map(self.info, self.nodes)
+            )
+        except Exception:
+            return False
+
+    def stop(self):
+        for node in self.nodes:
+            node.stop()
+
+    def cleanup(self):
+        for node in self.nodes:
+            node.cleanup()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.cleanup()
+
+
+class RedisSentinelServers:
+    """One primary, ``replicas`` replicas and ``sentinels`` sentinels on 127.0.0.1.
+
+    The sentinels run ``redis-server <conf> --sentinel`` (the redis-sentinel
+    program is the same binary), watching the primary as ``service``.
+    """
+
+    def __init__(self, service="mymaster", replicas=1, sentinels=1, binary=None, down_after_ms=1000):
+        self.service = service
+        self.primary = RedisServer(binary=binary)
+        self.replicas = [
+            RedisServer(binary=binary, args=("--replicaof", "127.0.0.1", str(self.primary.port)))
+            for _ in range(replicas)
+        ]
+        self.binary = self.primary.binary
+        self.down_after_ms = down_after_ms
+        self.sentinel_ports = [free_port() for _ in range(sentinels)]
+        self.dir = tempfile.mkdtemp(prefix="django-semaphore-sentinel-")
+        self.sentinel_processes = []
+
+    @property
+    def sentinels(self):
+        return [("127.0.0.1", port) for port in self.sentinel_ports]
+
+    @property
+    def servers(self):
+        return [self.primary, *self.replicas]
+
+    def _sentinel_client(self, port):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, decode_responses=True)
+
+    def _start_sentinel(self, index, port):
+        conf = os.path.join(self.dir, f"sentinel-{index}.conf")
+        with open(conf, "w") as f:
+            f.write(
+                f"port {port}\nbind 127.0.0.1\ndaemonize no\ndir {self.dir}\n"
+                f"logfile {self.dir}/sentinel-{index}.log\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.primary.port} 1\n"
+                f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
+                f"sentinel failover-timeout {self.service} 10000\n"
+                f"sentinel parallel-syncs {self.service} 1\n"
+            )
+        return subprocess.Popen(
+            [self.binary, conf, "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    def start(self, timeout=30.0):
+        try:
+            for server in self.servers:
+                server.start()
+            _wait_for(self._replicas_in_sync, timeout, "the replicas did not sync with the primary")
+            for i, port in enumerate(self.sentinel_ports):
+                self.sentinel_processes.append(self._start_sentinel(i, port))
+            _wait_for(self._sentinels_see_all, timeout, "the sentinels did not discover the replicas")
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def _replicas_in_sync(self):
+        import redis
+
+        try:
+            for replica in self.replicas:
+                with redis.Redis(port=replica.port, decode_responses=True) as client:
+                    if client.info("replication").get("master_link_status") != "up":
+                        return False
+            return True
+        except redis.RedisError:
+            return False
+
+    def _sentinels_see_all(self):
+        try:
+            for port in self.sentinel_ports:
+                with self._sentinel_client(port) as client:
+                    replicas = client.execute_command("SENTINEL REPLICAS", self.service)
+                    good = [
+                        r
+                        for r in replicas
+                        if r.get("flags") == "slave" and r.get("master-link-status") == "ok"
+                    ]
+                    if len(good) < len(self.replicas):
+                        return False
+            return True
+        except Exception:
+            return False
+
+    def master_address(self, sentinel_port=None):
+        """(host, port) of the primary as a sentinel sees it."""
+        with self._sentinel_client(sentinel_port or self.sentinel_ports[0]) as client:
+            host, port = client.execute_command("SENTINEL GET-MASTER-ADDR-BY-NAME", self.service)
+        return host, int(port)
+
+    def failover(self, timeout=30.0):
+        """SENTINEL FAILOVER; return once the old primary replicates the new one."""
+        import redis
+
+        old = self.master_address()
+        deadline = time.monotonic() + timeout
+        with self._sentinel_client(self.sentinel_ports[0]) as client:
+            while True:
+                try:
+                    client.execute_command("SENTINEL FAILOVER", self.service)
+                    break
+                except redis.ResponseError as exc:
+                    # NOGOODSLAVE until the sentinel has fresh INFO from a replica.
+                    if "NOGOODSLAVE" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+
+        def switched():
+            try:
+                new = self.master_address()
+                if new == old:
+                    return False
+                with redis.Redis(port=new[1], decode_responses=True) as client:
+                    if client.info("replication").get("role") != "master":
+                        return False
+                with redis.Redis(port=old[1], decode_responses=True) as client:
+                    info = client.info("replication")
+                    return info.get("role") == "slave" and info.get("master_port") == new[1]
+            except redis.RedisError:
+                return False
+
+        _wait_for(switched, timeout, "the failover did not complete")
+        return self.master_address()
+
+    def stop(self):
+        for process in self.sentinel_processes:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        self.sentinel_processes = []
+        for server in self.servers:
+            server.stop()
+
+    def cleanup(self):
+        self.stop()
+        for server in self.servers:
+            server.cleanup()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
