@@ -11,6 +11,7 @@ import weakref
 
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -58,9 +59,11 @@ def reset():
         _async_clients.clear()
 
 
-def _url_options(value):
+def _url_options(value, retry_class=Retry):
     options = {**DEFAULT_OPTIONS, **value.get("OPTIONS", {})}
-    options.setdefault("retry", Retry(NoBackoff(), 1))
+    # An asyncio client needs redis.asyncio's Retry: given the sync one it
+    # silently never retries, and the first call after a restart fails.
+    options.setdefault("retry", retry_class(NoBackoff(), 1))
     return options
 
 
@@ -111,14 +114,14 @@ def _async_from_sync(sync_client):
         kwargs["unix_socket_path"] = pool.connection_kwargs["path"]
     if issubclass(pool.connection_class, redis.SSLConnection):
         kwargs["ssl"] = True
-    kwargs["retry"] = Retry(NoBackoff(), 1)
+    kwargs["retry"] = AsyncRetry(NoBackoff(), 1)
     return redis.asyncio.Redis(**kwargs)
 
 
 def _build_async(value):
     if isinstance(value, str):
         return _async_from_sync(get_client())
-    options = _url_options(value)
+    options = _url_options(value, AsyncRetry)
     if value.get("CLUSTER"):
         options.pop("health_check_interval", None)
         return redis.asyncio.cluster.RedisCluster.from_url(value["URL"], **options)

@@ -9,12 +9,14 @@ import socket
 import time
 from typing import NamedTuple
 
+from redis.exceptions import RedisError
+
 from . import conf, connection, signals, waiting
 from .algorithms import ALGORITHMS, Granted, purge, status
 from .algorithms import holders as holders_op
 from .exceptions import SemaphoreFull
 from .keys import PartitionKeys, partition_keys_from_timeouts, timeouts_pattern
-from .scripting import arun, run
+from .scripting import _backend_error, arun, run
 
 META_KEY_LENGTH = 64  # how much of a partition value is copied into meta
 
@@ -401,11 +403,14 @@ class Semaphore:
         client = connection.get_async_client()
         pattern = timeouts_pattern(conf.setting("SEMAPHORE_KEY_PREFIX"), self.name)
         total, seen = 0, set()
-        async for key in connection.ascan_iter(client, pattern):
-            keys = partition_keys_from_timeouts(key)
-            if keys.base not in seen:
-                seen.add(keys.base)
-                total += await arun(client, purge(keys, dry_run))
+        try:
+            async for key in connection.ascan_iter(client, pattern):
+                keys = partition_keys_from_timeouts(key)
+                if keys.base not in seen:
+                    seen.add(keys.base)
+                    total += await arun(client, purge(keys, dry_run))
+        except (RedisError, OSError) as exc:
+            raise _backend_error(client, exc) from exc
         return total
 
     def force_release(self, identifier, key=None, *, keys=None):

@@ -1,0 +1,142 @@
+"""The asyncio twins share the scripts and keys of the sync API."""
+
+import asyncio
+import datetime
+import os
+
+import pytest
+
+from django_semaphore import Semaphore, SemaphoreFull, semaphores
+from django_semaphore.core import Holder, Lease
+
+ALGORITHMS = ["lua", "fair_locked", "fair", "basic"]
+
+
+async def until(predicate, timeout=10.0, message="condition"):
+    """Await ``predicate()`` (a coroutine function) becoming true."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        if asyncio.get_running_loop().time() >= deadline:
+            raise AssertionError(f"{message} not reached within {timeout}s")
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_async_limit_release_refresh(algorithm):
+    sem = Semaphore("alimit", limit=2, timeout=30, algorithm=algorithm)
+    a, b = await sem.aacquire(), await sem.aacquire()
+    assert isinstance(a, Lease) and isinstance(b, Lease)
+    assert b.token > a.token
+    assert await sem.aacquire() is None
+    assert await sem.aavailable() == 0
+    assert await a.arefresh() is True
+    assert await a.arelease() is True
+    assert await a.arelease() is False
+    assert await a.arefresh() is False
+    assert await sem.aavailable() == 1
+    assert [h.identifier for h in await sem.aholders()] == [b.identifier]
+    assert await b.arelease() is True
+
+
+@pytest.mark.asyncio
+async def test_async_and_sync_see_the_same_semaphore():
+    sem = semaphores["reports"]
+    a = await sem.aacquire()
+    b = sem.acquire()
+    assert sem.acquire() is None and await sem.aacquire() is None
+    assert [h.identifier for h in await sem.aholders()] == [h.identifier for h in sem.holders()]
+    assert b.release() is True
+    assert await sem.aavailable() == 1
+    assert await a.arelease() is True
+
+
+@pytest.mark.asyncio
+async def test_ahold():
+    sem = Semaphore("ahold", limit=1, timeout=30)
+    async with sem.ahold(meta={"task": "x"}) as lease:
+        assert (await sem.aholders())[0].meta["task"] == "x"
+        with pytest.raises(SemaphoreFull) as info:
+            async with sem.ahold():
+                pass  # pragma: no cover
+        assert info.value.name == "ahold" and 1 <= info.value.retry_after <= 30
+    assert lease.released
+    assert await sem.aavailable() == 1
+
+
+@pytest.mark.asyncio
+async def test_ahold_releases_when_the_block_raises():
+    sem = Semaphore("ahold", limit=1, timeout=30)
+    with pytest.raises(KeyError):
+        async with sem.ahold():
+            raise KeyError("boom")
+    assert await sem.aavailable() == 1
+
+
+@pytest.mark.asyncio
+async def test_aholders_meta_and_times():
+    sem = Semaphore("aholders", limit=3, timeout=15)
+    first = await sem.aacquire(meta={"n": 1})
+    second = await sem.aacquire(key="k", meta={"n": 2})
+    (holder,) = await sem.aholders()
+    assert isinstance(holder, Holder)
+    assert (holder.identifier, holder.token) == (first.identifier, first.token)
+    assert holder.meta["n"] == 1 and holder.meta["pid"] == os.getpid()
+    assert holder.expires_at - holder.acquired_at == datetime.timedelta(seconds=15)
+    assert holder.acquired_at.tzinfo is not None
+    (keyed,) = await sem.aholders(key="k")
+    assert keyed.identifier == second.identifier and keyed.meta["key"] == "k"
+
+
+@pytest.mark.asyncio
+async def test_async_expiry_and_apurge_expired():
+    sem = Semaphore("apurge", limit=3, timeout=0.3)
+    lease = await sem.aacquire()
+    await sem.aacquire(key="other")
+
+    async def all_free():
+        return await sem.aavailable() == 3 and await sem.aavailable("other") == 3
+
+    await until(all_free, message="lease expiry")
+    assert await sem.aholders() == []
+    assert await sem.apurge_expired() == 2
+    assert await sem.apurge_expired() == 0
+    assert await lease.arefresh() is False
+    assert await sem.aavailable() == 3
+
+
+@pytest.mark.asyncio
+async def test_async_waiter_is_woken_by_a_release():
+    sem = Semaphore("await", limit=1, timeout=30)
+    holder = await sem.aacquire()
+    waiter = asyncio.create_task(sem.aacquire(wait=20))
+
+    async def queued():
+        return await asyncio.to_thread(lambda: sem.status().waiting) == 1
+
+    await until(queued, message="waiter queued")
+    assert not waiter.done()
+    assert await holder.arelease() is True
+    lease = await asyncio.wait_for(waiter, 10)
+    assert lease is not None and lease.token > holder.token
+    assert await lease.arelease() is True
+
+
+@pytest.mark.asyncio
+async def test_async_wait_times_out_without_blocking_the_loop():
+    sem = Semaphore("await", limit=1, timeout=30)
+    await sem.aacquire()
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        assert await sem.aacquire(wait=0.3) is None
+    finally:
+        task.cancel()
+    assert ticks >= 5  # the loop kept running while we waited
