@@ -15,6 +15,7 @@ from importlib import resources
 
 from redis.exceptions import NoScriptError, RedisError
 
+from . import signals
 from .connection import server_name
 from .exceptions import SemaphoreBackendError
 
@@ -71,10 +72,13 @@ class Sleep:
 
 
 def _backend_error(client, exc):
-    return SemaphoreBackendError(
-        f"Redis at {server_name(client)} failed: {type(exc).__name__}: {exc}",
-        server=server_name(client),
-    )
+    """The SemaphoreBackendError for a Redis failure; sends ``backend_failed``."""
+    server = server_name(client)
+    error = SemaphoreBackendError(f"Redis at {server} failed: {type(exc).__name__}: {exc}", server=server)
+    from .core import Semaphore  # core imports this module
+
+    signals.backend_failed.send_robust(sender=Semaphore, error=error, server=server)
+    return error
 
 
 def execute(client, request):

@@ -8,6 +8,12 @@ Every signal is sent with ``sender=Semaphore`` and the keyword ``semaphore``
 * ``released``: ``lease``, ``held`` (False if the slot had been lost before);
 * ``lease_lost``: ``lease`` — a refresh or release found the slot gone
   (expired, purged, force-released, or Redis lost it). Sent once per lease.
+* ``backend_failed``: ``error`` (the :class:`~django_semaphore.SemaphoreBackendError`
+  about to be raised) and ``server`` (``host:port``, socket path or cluster
+  nodes) — Redis failed or was unreachable.  Sent by the Redis driver for
+  every operation (web, tasks, admin, commands), below any one semaphore, so
+  it has no ``semaphore`` keyword; sent with ``send_robust``, so a failing
+  receiver never hides the error.
 """
 
 from django.dispatch import Signal
@@ -16,3 +22,4 @@ acquired = Signal()
 refused = Signal()
 released = Signal()
 lease_lost = Signal()
+backend_failed = Signal()
