@@ -1,0 +1,289 @@
+"""Admin pages: the semaphores in Redis, their partitions and holders.
+
+There is no database table: :class:`~django_semaphore.models.Semaphore` is an
+unmanaged model that gives the admin index entry and the permissions, and
+:class:`SemaphoreAdmin` replaces the changelist and change views with pages
+that read Redis.  Every view goes through ``self.admin_site.admin_view``
+(login, CSRF, never_cache), so a custom AdminSite works too::
+
+    my_site.register(Semaphore, SemaphoreAdmin)
+
+Users with the ``view`` permission see the figures and the holders' meta;
+with the ``change`` permission they also get the force-release and
+purge-expired buttons.  Lease identifiers are never shown to anyone: a
+force-release names the holder by partition and fencing token, which
+cannot be replayed against a later holder because tokens only increase.
+"""
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
+from . import monitor
+from .core import semaphores
+from .exceptions import SemaphoreBackendError
+from .keys import UNPARTITIONED
+from .models import Semaphore
+
+
+class SemaphoreAdmin(admin.ModelAdmin):
+    """The semaphore dashboard: a list page and one page per semaphore."""
+
+    #: Seconds between the in-page refreshes of the figures.
+    refresh_interval = 3
+    #: Partitions shown per semaphore (busiest first).
+    max_partitions = monitor.MAX_PARTITIONS
+    list_template = "django_semaphore/admin/semaphore_list.html"
+    detail_template = "django_semaphore/admin/semaphore_detail.html"
+
+    # -- permissions ---------------------------------------------------------
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def _require_view(self, request):
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+
+    # -- urls ----------------------------------------------------------------
+
+    def _url_name(self, suffix):
+        return f"{self.opts.app_label}_{self.opts.model_name}_{suffix}"
+
+    def _reverse(self, suffix, *args):
+        return reverse(f"{self.admin_site.name}:{self._url_name(suffix)}", args=args)
+
+    def get_urls(self):
+        def wrap(view):
+            wrapped = self.admin_site.admin_view(view)
+            wrapped.model_admin = self
+            return wrapped
+
+        # No add, delete or history views: there is no table behind them.
+        return [
+            path("", wrap(self.changelist_view), name=self._url_name("changelist")),
+            path("status.json", wrap(self.list_status_view), name=self._url_name("status")),
+            path("<str:object_id>/", wrap(self.change_view), name=self._url_name("change")),
+            path(
+                "<str:object_id>/status.json",
+                wrap(self.detail_status_view),
+                name=self._url_name("detail_status"),
+            ),
+            path(
+                "<str:object_id>/release/",
+                wrap(self.force_release_view),
+                name=self._url_name("force_release"),
+            ),
+            path("<str:object_id>/purge/", wrap(self.purge_view), name=self._url_name("purge")),
+        ]
+
+    # -- reading Redis -------------------------------------------------------
+
+    def _semaphore_name(self, object_id):
+        name = unquote(object_id)
+        if name not in semaphores:
+            raise Http404(_("No semaphore named %(name)r in SEMAPHORES.") % {"name": name})
+        return name
+
+    def _partition_param(self, request):
+        return request.GET.get("partition") or None
+
+    def _read_all(self):
+        try:
+            return monitor.read_all(self.max_partitions), ""
+        except SemaphoreBackendError as exc:
+            return [], str(exc)
+
+    def _read_one(self, name, partition):
+        try:
+            return monitor.read_semaphore(name, partition, self.max_partitions, with_holders=True), ""
+        except ValueError:
+            raise Http404(_("No such partition."))
+        except SemaphoreBackendError as exc:
+            return monitor.SemaphoreView(name), str(exc)
+
+    def _context(self, request, **extra):
+        request.current_app = self.admin_site.name
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "has_view_permission": self.has_view_or_change_permission(request),
+            "has_change_permission": self.has_change_permission(request),
+            "refresh_interval_ms": int(self.refresh_interval * 1000),
+            "now": timezone.now(),
+            **extra,
+        }
+
+    def _list_context(self, request):
+        views, error = self._read_all()
+        for view in views:
+            view.url = self._reverse("change", quote(view.name))
+        return self._context(
+            request,
+            title=_("Semaphores"),
+            subtitle=None,
+            semaphores=views,
+            backend_error=error,
+            status_url=self._reverse("status"),
+        )
+
+    def _detail_context(self, request, object_id):
+        name = self._semaphore_name(object_id)
+        partition = self._partition_param(request)
+        view, error = self._read_one(name, partition)
+        now = timezone.now()
+        for p in view.partitions:
+            p.rows = [(h, monitor.expires_in(h, now)) for h in p.holders]
+        query = f"?partition={partition}" if partition else ""
+        return self._context(
+            request,
+            title=_("Semaphore “%(name)s”") % {"name": name},
+            subtitle=None,
+            object_id=object_id,
+            semaphore=view,
+            partition=partition,
+            backend_error=error,
+            list_url=self._reverse("changelist"),
+            detail_url=self._reverse("change", object_id),
+            status_url=self._reverse("detail_status", object_id) + query,
+            release_url=self._reverse("force_release", object_id) + query,
+            purge_url=self._reverse("purge", object_id) + query,
+            now=now,
+        )
+
+    # -- pages ---------------------------------------------------------------
+
+    def changelist_view(self, request, extra_context=None):
+        """Every configured semaphore and its live partitions, with a utilisation bar."""
+        self._require_view(request)
+        context = {**self._list_context(request), **(extra_context or {})}
+        return TemplateResponse(request, self.list_template, context)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        """One semaphore's holders, in token order, per partition."""
+        self._require_view(request)
+        context = {**self._detail_context(request, object_id), **(extra_context or {})}
+        return TemplateResponse(request, self.detail_template, context)
+
+    def _json(self, request, context, fragment, data):
+        data["html"] = render_to_string(fragment, context, request=request)
+        data["error"] = context["backend_error"]
+        data["generated_at"] = context["now"].isoformat()
+        return JsonResponse(data)
+
+    def list_status_view(self, request):
+        """The list page's figures as JSON (plus the re-rendered table), for the refresh script."""
+        self._require_view(request)
+        context = self._list_context(request)
+        data = {"semaphores": [v.as_dict(context["now"]) for v in context["semaphores"]]}
+        return self._json(request, context, "django_semaphore/admin/_semaphores.html", data)
+
+    def detail_status_view(self, request, object_id):
+        """A semaphore page's figures and holders as JSON (never lease identifiers)."""
+        self._require_view(request)
+        context = self._detail_context(request, object_id)
+        data = context["semaphore"].as_dict(context["now"], holders=True)
+        return self._json(request, context, "django_semaphore/admin/_holders.html", data)
+
+    # -- actions -------------------------------------------------------------
+
+    def _post_only(self, request):
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        return None
+
+    def _back(self, request, object_id):
+        url = self._reverse("change", object_id)
+        partition = request.GET.get("partition")
+        return HttpResponseRedirect(url + (f"?partition={quote(partition)}" if partition else ""))
+
+    def force_release_view(self, request, object_id):
+        """POST partition + token: remove that holder (change permission), logged to LogEntry."""
+        refused = self._post_only(request)
+        if refused:
+            return refused
+        name = self._semaphore_name(object_id)
+        key_hash = request.POST.get("partition", "")
+        try:
+            token = int(request.POST.get("token", ""))
+            keys = monitor.partition_keys(name, key_hash)
+        except ValueError:
+            messages.error(request, _("That form named no holder."))
+            return self._back(request, object_id)
+        sem = semaphores[name]
+        try:
+            holder = next((h for h in sem.holders(keys=keys) if h.token == token), None)
+            released = holder is not None and sem.force_release(holder.identifier, keys=keys)
+        except SemaphoreBackendError as exc:
+            messages.error(request, str(exc))
+            return self._back(request, object_id)
+        if not released:
+            messages.warning(
+                request,
+                _("Token %(token)s no longer holds a slot of “%(name)s”.") % {"token": token, "name": name},
+            )
+            return self._back(request, object_id)
+        described = describe_holder(holder, key_hash)
+        self.log_change(
+            request,
+            Semaphore(name=name),
+            _("Force-released token %(token)s (%(holder)s).") % {"token": token, "holder": described},
+        )
+        messages.success(
+            request,
+            _("Released token %(token)s of “%(name)s” (%(holder)s).")
+            % {"token": token, "name": name, "holder": described},
+        )
+        return self._back(request, object_id)
+
+    def purge_view(self, request, object_id):
+        """POST: remove the expired entries of every partition (change permission)."""
+        refused = self._post_only(request)
+        if refused:
+            return refused
+        name = self._semaphore_name(object_id)
+        try:
+            removed = semaphores[name].purge_expired()
+        except SemaphoreBackendError as exc:
+            messages.error(request, str(exc))
+            return self._back(request, object_id)
+        text = ngettext(
+            "Removed %(count)d expired entry from “%(name)s”.",
+            "Removed %(count)d expired entries from “%(name)s”.",
+            removed,
+        ) % {"count": removed, "name": name}
+        if removed:
+            self.log_change(request, Semaphore(name=name), text)
+        messages.success(request, text)
+        return self._back(request, object_id)
+
+
+def describe_holder(holder, key_hash):
+    """A one-line description of a holder for messages and the admin history."""
+    meta = holder.meta
+    parts = []
+    if key_hash != UNPARTITIONED:
+        parts.append(f"partition {meta.get('key') or key_hash}")
+    if meta.get("user"):
+        parts.append(f"user {meta['user']}")
+    if meta.get("method") or meta.get("path"):
+        parts.append(" ".join(str(meta[k]) for k in ("method", "path") if meta.get(k)))
+    if meta.get("host"):
+        parts.append(f"{meta['host']} pid {meta.get('pid', '?')}")
+    return ", ".join(parts) or "no meta"
+
+
+admin.site.register(Semaphore, SemaphoreAdmin)

@@ -1,0 +1,279 @@
+"""Read-only overviews of the semaphores in Redis, for the admin and the commands.
+
+Nothing here writes to Redis except :func:`cleanup`, which only runs the
+purge script (expired entries only, never a live holder).  Partitions are
+found with SCAN on every primary (:func:`django_semaphore.connection.scan_iter`),
+never KEYS.
+"""
+
+import re
+from dataclasses import dataclass, field
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+
+from . import conf, connection
+from .algorithms import purge
+from .core import Semaphore, _scan, semaphores
+from .keys import (
+    UNPARTITIONED,
+    PartitionKeys,
+    name_hash,
+    partition_keys_from_timeouts,
+    slug,
+    timeouts_pattern,
+)
+from .scripting import run
+
+#: How many partitions of one semaphore an overview reads (busiest first).
+MAX_PARTITIONS = 100
+
+_KEY_HASH = re.compile(r"^(_|[0-9a-f]{20})$")
+
+
+def partition_keys(name, key_hash):
+    """PartitionKeys of semaphore ``name``'s partition ``key_hash``; ValueError if malformed."""
+    if not isinstance(key_hash, str) or not _KEY_HASH.match(key_hash):
+        raise ValueError(f"{key_hash!r} is not a partition hash.")
+    prefix = conf.setting("SEMAPHORE_KEY_PREFIX")
+    return PartitionKeys(f"{prefix}:{slug(name)}:{{{name_hash(name)}.{key_hash}}}:")
+
+
+def _key_hash(keys):
+    return keys.partition_hash.split(".", 1)[1]
+
+
+def describe_key(config):
+    """How a semaphore is partitioned, in words ("" for one semaphore)."""
+    key = config.key
+    if key is None:
+        return ""
+    from . import partitions
+
+    if key is partitions.by_ip:
+        return "per IP"
+    if key is partitions.by_user:
+        return "per user"
+    if isinstance(key, partitions.ByHeader):
+        return f"per {key.header} header"
+    return "per " + getattr(key, "__qualname__", getattr(key, "__name__", type(key).__name__))
+
+
+@dataclass
+class PartitionView:
+    """One partition's figures and (optionally) its holders, at one moment."""
+
+    name: str
+    key_hash: str
+    label: str
+    limit: int
+    in_use: int
+    waiting: int
+    retry_after: int
+    holders: list = field(default_factory=list)
+
+    @property
+    def free(self):
+        return max(0, self.limit - self.in_use)
+
+    @property
+    def unpartitioned(self):
+        return self.key_hash == UNPARTITIONED
+
+    @property
+    def utilisation(self):
+        """Percentage of the slots in use (0-100)."""
+        return min(100, round(100 * self.in_use / self.limit)) if self.limit else 0
+
+    @property
+    def level(self):
+        """ "idle", "low", "high" or "full": how close the partition is to its limit."""
+        if self.in_use == 0:
+            return "idle"
+        if self.in_use >= self.limit:
+            return "full"
+        return "high" if self.utilisation >= 75 else "low"
+
+    def as_dict(self, now=None, holders=False):
+        data = {
+            "partition": self.key_hash,
+            "label": self.label,
+            "limit": self.limit,
+            "in_use": self.in_use,
+            "free": self.free,
+            "waiting": self.waiting,
+            "utilisation": self.utilisation,
+        }
+        if holders:
+            data["holders"] = [holder_dict(h, now) for h in self.holders]
+        return data
+
+
+@dataclass
+class SemaphoreView:
+    """A configured semaphore and its partitions (busiest first)."""
+
+    name: str
+    limit: int = 0
+    timeout: float = 0
+    algorithm: str = ""
+    partitioned_by: str = ""
+    partitions: list = field(default_factory=list)
+    hidden: int = 0  # partitions not read (beyond MAX_PARTITIONS)
+    error: str = ""
+
+    @property
+    def in_use(self):
+        return sum(p.in_use for p in self.partitions)
+
+    @property
+    def waiting(self):
+        return sum(p.waiting for p in self.partitions)
+
+    def as_dict(self, now=None, holders=False):
+        return {
+            "name": self.name,
+            "limit": self.limit,
+            "timeout": self.timeout,
+            "algorithm": self.algorithm,
+            "partitioned_by": self.partitioned_by,
+            "error": self.error,
+            "hidden_partitions": self.hidden,
+            "partitions": [p.as_dict(now, holders) for p in self.partitions],
+        }
+
+
+def expires_in(holder, now=None):
+    """Whole seconds until ``holder``'s lease ends (0 once it has)."""
+    now = now or timezone.now()
+    return max(0, round((holder.expires_at - now).total_seconds()))
+
+
+def holder_dict(holder, now=None):
+    """A holder for JSON: token, times and meta. Never the lease identifier."""
+    return {
+        "token": holder.token,
+        "acquired_at": holder.acquired_at.isoformat() if holder.acquired_at else None,
+        "expires_at": holder.expires_at.isoformat(),
+        "expires_in": expires_in(holder, now),
+        "meta": holder.meta,
+    }
+
+
+def _label(key_hash, holders):
+    if key_hash == UNPARTITIONED:
+        return ""
+    for holder in holders:
+        key = holder.meta.get("key")
+        if key:
+            return str(key)
+    return key_hash
+
+
+def _partition_view(sem, keys):
+    status = sem.status(keys=keys)
+    key_hash = _key_hash(keys)
+    return PartitionView(
+        sem.name, key_hash, key_hash, status.limit, status.in_use, status.waiting, status.retry_after
+    )
+
+
+def _add_holders(sem, view, keys):
+    view.holders = sem.holders(keys=keys)
+    view.label = _label(view.key_hash, view.holders)
+
+
+def read_semaphore(name, key_hash=None, max_partitions=MAX_PARTITIONS, with_holders=True):
+    """A :class:`SemaphoreView` of semaphore ``name``: every live partition, or only ``key_hash``.
+
+    An unpartitioned semaphore always shows its one partition, even with no
+    keys in Redis.  Partitions are sorted busiest first and cut at
+    ``max_partitions``.  Holders are read with ``with_holders`` (else only
+    as much as needed to label busy partitions).  Raises
+    :class:`~django_semaphore.SemaphoreBackendError` if Redis fails; a
+    semaphore whose settings are invalid gets ``error`` set instead.
+    """
+    view = SemaphoreView(name)
+    try:
+        config = conf.get_config(name)
+    except ImproperlyConfigured as exc:
+        view.error = str(exc)
+        return view
+    view.limit, view.timeout, view.algorithm = config.limit, config.timeout, config.algorithm
+    view.partitioned_by = describe_key(config)
+    sem = Semaphore(name)
+    if key_hash is not None:
+        found = [partition_keys(name, key_hash)]
+    else:
+        found = sem.partitions()
+        if config.key is None and not any(_key_hash(k) == UNPARTITIONED for k in found):
+            found.insert(0, sem.partition(None))
+    rows = [(_partition_view(sem, keys), keys) for keys in found]
+    rows.sort(key=lambda row: (not row[0].unpartitioned, -row[0].in_use, -row[0].waiting, row[0].key_hash))
+    if len(rows) > max_partitions:
+        view.hidden = len(rows) - max_partitions
+        del rows[max_partitions:]
+    for partition, keys in rows:
+        if with_holders or partition.in_use:
+            _add_holders(sem, partition, keys)
+        else:
+            partition.label = _label(partition.key_hash, [])
+    view.partitions = [partition for partition, _ in rows]
+    return view
+
+
+def read_all(max_partitions=MAX_PARTITIONS, with_holders=False):
+    """A :class:`SemaphoreView` of every configured semaphore, in settings order."""
+    return [read_semaphore(name, None, max_partitions, with_holders) for name in semaphores]
+
+
+# -- cleanup ------------------------------------------------------------------
+
+
+@dataclass
+class Found:
+    """The partitions in Redis of one semaphore, configured or not."""
+
+    name: str  # the configured name, or the key slug of an unconfigured one
+    configured: bool
+    partitions: list = field(default_factory=list)
+
+
+def find_partitions(names=None):
+    """Partitions in Redis under SEMAPHORE_KEY_PREFIX, grouped by semaphore.
+
+    ``names``: only those configured semaphores (one SCAN each).  Otherwise
+    every configured semaphore (in settings order, with or without keys)
+    followed by every semaphore found under the prefix that is not (or no
+    longer) configured, named by its key slug.
+    """
+    prefix = conf.setting("SEMAPHORE_KEY_PREFIX")
+    if names is not None:
+        result = []
+        for name in names:
+            found = Found(name, True)
+            for key in _scan(connection.get_client(), timeouts_pattern(prefix, name)):
+                found.partitions.append(partition_keys_from_timeouts(key))
+            result.append(found)
+        return result
+    groups = {name_hash(name): Found(name, True) for name in semaphores}
+    for key in _scan(connection.get_client(), timeouts_pattern(prefix)):
+        keys = partition_keys_from_timeouts(key)
+        digest = keys.partition_hash.split(".", 1)[0]
+        group = groups.get(digest)
+        if group is None:
+            # "<prefix>:<slug>:{...}:": the slug is all that is left of the name.
+            label = keys.base[len(prefix) + 1 : keys.base.index(":{")]
+            group = groups[digest] = Found(label, False)
+        group.partitions.append(keys)
+    return list(groups.values())
+
+
+def cleanup(found, dry_run=False):
+    """Purge (or count, with ``dry_run``) the expired entries of ``found``'s partitions.
+
+    Live holders are never touched: the purge script removes entries whose
+    expiry (Redis server time) has passed, atomically.
+    """
+    client = connection.get_client()
+    return sum(run(client, purge(keys, dry_run)) for keys in found.partitions)

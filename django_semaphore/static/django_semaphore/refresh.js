@@ -1,0 +1,28 @@
+/* django-semaphore admin: refresh the figures every few seconds without reloading the page.
+ * Each [data-sema-refresh] element is replaced by the "html" of the JSON its URL returns. */
+(function () {
+  "use strict";
+  function start(box) {
+    var url = box.getAttribute("data-sema-refresh");
+    var every = parseInt(box.getAttribute("data-sema-interval"), 10) || 3000;
+    var busy = false;
+    function tick() {
+      if (busy || document.hidden) { return; }
+      busy = true;
+      fetch(url, {headers: {"Accept": "application/json"}, credentials: "same-origin", cache: "no-store"})
+        .then(function (response) {
+          if (!response.ok) { throw new Error("HTTP " + response.status); }
+          return response.json();
+        })
+        .then(function (data) {
+          if (typeof data.html === "string") { box.innerHTML = data.html; }
+          box.classList.remove("sema-stale");
+          box.setAttribute("data-sema-updated", data.generated_at || "");
+        })
+        .catch(function () { box.classList.add("sema-stale"); })
+        .then(function () { busy = false; });
+    }
+    window.setInterval(tick, every);
+  }
+  document.querySelectorAll("[data-sema-refresh]").forEach(start);
+})();

@@ -1,0 +1,228 @@
+"""The admin pages, through Django's test client against the real Redis.
+
+The browser tests (tests/test_admin_browser.py) drive the same pages in
+Chromium; these cover permissions, JSON, LogEntry and error paths fast.
+"""
+
+import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth.models import Permission, User
+from django.urls import reverse
+
+from django_semaphore import semaphores
+from django_semaphore.keys import key_hash
+
+LIST_URL = "/admin/django_semaphore/semaphore/"
+SEMAPHORES = {
+    "reports": {"LIMIT": 2, "TIMEOUT": 30},
+    "per-user": {"LIMIT": 1, "TIMEOUT": 30, "KEY": "user"},
+}
+
+
+@pytest.fixture(autouse=True)
+def configured(settings):
+    settings.SEMAPHORES = SEMAPHORES
+
+
+def _staff(username, *perms):
+    user = User.objects.create_user(username, password="pw", is_staff=True)
+    for codename in perms:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return user
+
+
+@pytest.fixture
+def viewer(db):
+    return _staff("viewer", "view_semaphore")
+
+
+@pytest.fixture
+def changer(db):
+    return _staff("changer", "view_semaphore", "change_semaphore")
+
+
+@pytest.fixture
+def leases():
+    """Two holders of "reports" and one of per-user partition "user:7", with web-layer meta."""
+    reports = semaphores["reports"]
+    alice = {"user": "alice", "method": "GET", "path": "/report/1", "remote_addr": "10.0.0.1"}
+    bob = {"user": "bob", "method": "POST", "path": "/report/2", "remote_addr": "10.0.0.2"}
+    held = [
+        reports.acquire(meta=alice),
+        reports.acquire(meta=bob),
+        semaphores["per-user"].acquire(key="user:7", meta={"user": "carol", "method": "GET", "path": "/me"}),
+    ]
+    assert all(held)
+    yield held
+    for lease in held:
+        lease.release()
+
+
+def test_anonymous_is_sent_to_login(client):
+    response = client.get(LIST_URL)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+    assert client.get(LIST_URL + "status.json").status_code == 302
+    assert client.post(LIST_URL + "reports/release/", {"partition": "_", "token": "1"}).status_code == 302
+
+
+def test_staff_without_permission_gets_403_and_no_index_entry(client, db):
+    client.force_login(_staff("nobody"))
+    assert client.get(LIST_URL).status_code == 403
+    assert client.get(LIST_URL + "reports/").status_code == 403
+    assert client.get(LIST_URL + "status.json").status_code == 403
+    assert client.get(LIST_URL + "reports/status.json").status_code == 403
+    index = client.get("/admin/")
+    assert index.status_code == 200
+    assert LIST_URL not in index.content.decode()
+
+
+def test_list_page_figures(client, viewer, leases):
+    client.force_login(viewer)
+    index = client.get("/admin/").content.decode()
+    assert LIST_URL in index and "Semaphores" in index
+    assert "/admin/django_semaphore/semaphore/add/" not in index
+
+    html = client.get(LIST_URL).content.decode()
+    assert 'data-semaphore="reports"' in html and 'data-semaphore="per-user"' in html
+    assert "user:7" in html  # the partition's label comes from its holder's meta
+    data = client.get(LIST_URL + "status.json").json()
+    by_name = {s["name"]: s for s in data["semaphores"]}
+    assert by_name["reports"]["partitions"] == [
+        {
+            "partition": "_",
+            "label": "",
+            "limit": 2,
+            "in_use": 2,
+            "free": 0,
+            "waiting": 0,
+            "utilisation": 100,
+        }
+    ]
+    (partition,) = by_name["per-user"]["partitions"]
+    assert partition["partition"] == key_hash("user:7")
+    assert (partition["label"], partition["in_use"], partition["free"]) == ("user:7", 1, 0)
+    assert by_name["per-user"]["partitioned_by"] == "per user"
+    assert 'data-partition="_"' in data["html"]
+
+
+def test_view_only_user_sees_meta_but_no_identifier_and_no_button(client, viewer, leases):
+    client.force_login(viewer)
+    response = client.get(LIST_URL + "reports/")
+    html = response.content.decode()
+    assert response.status_code == 200
+    for expected in ("alice", "bob", "/report/1", "10.0.0.2", "POST"):
+        assert expected in html
+    assert html.index(f'data-token="{leases[0].token}"') < html.index(f'data-token="{leases[1].token}"')
+    assert "Force release" not in html and "Purge expired" not in html
+    data = client.get(LIST_URL + "reports/status.json").json()
+    body = client.get(LIST_URL + "reports/status.json").content.decode()
+    assert [h["token"] for h in data["partitions"][0]["holders"]] == [leases[0].token, leases[1].token]
+    assert data["partitions"][0]["holders"][0]["meta"]["user"] == "alice"
+    for lease in leases:
+        assert lease.identifier not in html
+        assert lease.identifier not in body
+    # POSTs need the change permission.
+    response = client.post(LIST_URL + "reports/release/", {"partition": "_", "token": leases[0].token})
+    assert response.status_code == 403
+    assert client.post(LIST_URL + "reports/purge/").status_code == 403
+    assert len(semaphores["reports"].holders()) == 2
+
+
+def test_change_user_force_releases_by_token_and_it_is_logged(client, changer, leases):
+    client.force_login(changer)
+    html = client.get(LIST_URL + "reports/").content.decode()
+    assert html.count("Force release</button>") == 2 and "Purge expired entries" in html
+    for lease in leases:
+        assert lease.identifier not in html
+    response = client.post(LIST_URL + "reports/release/", {"partition": "_", "token": leases[0].token})
+    assert response.status_code == 302 and response["Location"] == LIST_URL + "reports/"
+    assert [h.token for h in semaphores["reports"].holders()] == [leases[1].token]
+    assert leases[0].refresh() is False  # the holder learns it lost the slot
+    entry = LogEntry.objects.get()
+    assert (entry.action_flag, entry.object_id, entry.user_id) == (CHANGE, "reports", changer.pk)
+    assert f"token {leases[0].token}" in entry.get_change_message()
+    assert "alice" in entry.get_change_message()
+    assert entry.get_admin_url() == LIST_URL + "reports/"
+    page = client.get(response["Location"]).content.decode()
+    assert f"Released token {leases[0].token}" in page
+    assert f'data-token="{leases[0].token}"' not in page
+
+    # Again: nothing to release, a warning, no second log entry.
+    client.post(LIST_URL + "reports/release/", {"partition": "_", "token": leases[0].token})
+    assert LogEntry.objects.count() == 1
+    assert "no longer holds a slot" in client.get(LIST_URL + "reports/").content.decode()
+
+
+def test_force_release_in_a_partition(client, changer, leases):
+    client.force_login(changer)
+    partition = key_hash("user:7")
+    url = LIST_URL + f"per-user/?partition={partition}"
+    html = client.get(url).content.decode()
+    assert "carol" in html and "alice" not in html
+    # The token of a "reports" holder means nothing in this partition.
+    client.post(LIST_URL + f"per-user/release/?partition={partition}", {"partition": partition, "token": 999})
+    assert len(semaphores["per-user"].holders(key="user:7")) == 1
+    response = client.post(
+        LIST_URL + f"per-user/release/?partition={partition}",
+        {"partition": partition, "token": leases[2].token},
+    )
+    assert response["Location"] == url
+    assert semaphores["per-user"].holders(key="user:7") == []
+    assert len(semaphores["reports"].holders()) == 2
+
+
+def test_bad_requests(client, changer, leases):
+    client.force_login(changer)
+    assert client.get(LIST_URL + "nope/").status_code == 404
+    assert client.get(LIST_URL + "reports/?partition=zz").status_code == 404
+    assert client.get(LIST_URL + "reports/release/").status_code == 405
+    response = client.post(LIST_URL + "reports/release/", {"partition": "../x", "token": "1"}, follow=True)
+    assert "named no holder" in response.content.decode()
+    assert len(semaphores["reports"].holders()) == 2
+
+
+def test_csrf_is_enforced(changer, leases):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(changer)
+    response = client.post(LIST_URL + "reports/release/", {"partition": "_", "token": leases[0].token})
+    assert response.status_code == 403
+    assert len(semaphores["reports"].holders()) == 2
+
+
+def test_purge_expired_button(client, changer, settings, raw_redis):
+    settings.SEMAPHORES = {"reports": {"LIMIT": 2, "TIMEOUT": 30}, "quick": {"LIMIT": 2, "TIMEOUT": 0.05}}
+    live = semaphores["reports"].acquire()
+    quick = semaphores["quick"]
+    assert quick.acquire() and quick.acquire()
+    keys = quick.partition()
+    # Wait on the Redis clock until both quick leases have expired.
+    deadline = max(float(score) for _, score in raw_redis.zrange(keys.timeouts, 0, -1, withscores=True))
+    while True:
+        seconds, micros = raw_redis.time()
+        if seconds * 1000 + micros / 1000 > deadline + 1:
+            break
+    client.force_login(changer)
+    response = client.post(LIST_URL + "quick/purge/", follow=True)
+    assert "Removed 2 expired entries from “quick”." in response.content.decode()
+    assert raw_redis.zcard(keys.timeouts) == 0
+    assert [h.token for h in semaphores["reports"].holders()] == [live.token]
+    assert LogEntry.objects.filter(object_id="quick").count() == 1
+
+
+def test_redis_down_shows_an_error_not_a_500(client, viewer, settings):
+    from django_semaphore.testing.server import free_port
+
+    settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{free_port()}/0"}
+    client.force_login(viewer)
+    response = client.get(LIST_URL)
+    assert response.status_code == 200
+    assert "failed" in response.content.decode()
+    assert client.get(LIST_URL + "reports/status.json").json()["error"]
+
+
+def test_reverse_names(db):
+    assert reverse("admin:django_semaphore_semaphore_changelist") == LIST_URL
+    assert reverse("admin:django_semaphore_semaphore_change", args=["reports"]) == LIST_URL + "reports/"
