@@ -1,0 +1,112 @@
+"""``@semaphore``: guard a view with one of the SEMAPHORES.
+
+::
+
+    @semaphore("reports")
+    def export(request): ...
+
+    @semaphore("reports", key="user", wait=2)
+    async def aexport(request): ...
+
+    @method_decorator(semaphore("reports"), name="dispatch")
+    class ExportView(View): ...
+"""
+
+import asyncio
+import functools
+import inspect
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+
+from . import web
+
+
+def _in_event_loop():
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _guarded(view, needs, request, args, kwargs):
+    pending = web.pending_needs(request, needs)
+    if not pending:
+        return view(request, *args, **kwargs)
+    guard = web.Guard(request, pending)
+    response = guard.enter()
+    if response is not None:
+        return response
+    try:
+        response = view(request, *args, **kwargs)
+    except BaseException:
+        guard.release()
+        raise
+    return guard.hold_until_closed(response)
+
+
+async def _aguarded(view, needs, request, args, kwargs):
+    pending = web.pending_needs(request, needs)
+    if not pending:
+        response = view(request, *args, **kwargs)
+        return (await response) if inspect.isawaitable(response) else response
+    guard = web.Guard(request, pending)
+    response = await guard.aenter()
+    if response is not None:
+        return response
+    try:
+        response = view(request, *args, **kwargs)
+        if inspect.isawaitable(response):
+            response = await response
+    except BaseException:
+        await guard.arelease()
+        raise
+    return guard.hold_until_closed(response)
+
+
+def semaphore(name, *, key=None, wait=None):
+    """Decorate a view so that at most LIMIT requests run it at once.
+
+    ``name`` is a key of SEMAPHORES; ``key`` overrides its KEY (``"ip"``,
+    ``"user"``, ``"header:<Name>"``, a callable ``(request) -> str`` or a
+    dotted path to one) and ``wait`` its WAIT (seconds to queue for a slot).
+
+    A refused request gets the SEMAPHORE_REJECT_VIEW response (429 with
+    Retry-After by default); when Redis is unreachable, a 503, or the view runs
+    unguarded under SEMAPHORE_FAIL_OPEN.  The view finds its leases in
+    ``request.semaphore_leases`` (name -> Lease); they are renewed while it
+    runs (AUTO_REFRESH) and released when the response is closed — after the
+    last chunk of a streaming response — or at once if the view raises.
+
+    Works on sync and async views (async ones are awaited on the asyncio
+    Redis client, never in a thread), and on class-based views through
+    ``method_decorator(semaphore(...), name="dispatch")``.  Stacked
+    ``@semaphore`` decorators, and the middleware, take all their semaphores
+    together, all or none.
+    """
+    need = web.Need(name, key, wait)
+
+    def decorator(view):
+        needs = (need, *web.needs_of(view))
+
+        if iscoroutinefunction(view):
+
+            async def wrapper(request, *args, **kwargs):
+                return await _aguarded(view, needs, request, args, kwargs)
+
+            markcoroutinefunction(wrapper)
+        else:
+
+            def wrapper(request, *args, **kwargs):
+                if _in_event_loop():
+                    # An async class-based view: method_decorator wraps its sync
+                    # dispatch(), which returns the handler's coroutine; Django
+                    # awaits what we return, so guard it the async way.
+                    return _aguarded(view, needs, request, args, kwargs)
+                return _guarded(view, needs, request, args, kwargs)
+
+        functools.update_wrapper(wrapper, view)
+        setattr(wrapper, web.NEEDS_ATTR, needs)
+        return wrapper
+
+    return decorator

@@ -1,0 +1,123 @@
+"""SemaphoreMiddleware: guard requests by path, URL name and method, from settings.
+
+::
+
+    MIDDLEWARE = [
+        ...,
+        "django.contrib.auth.middleware.AuthenticationMiddleware",
+        "django_semaphore.middleware.SemaphoreMiddleware",
+    ]
+    SEMAPHORES = {
+        "api-writes": {"LIMIT": 10, "PATHS": [r"^/api/"], "METHODS": ["POST", "PUT"]},
+        "exports": {"LIMIT": 2, "URL_NAMES": ["reports:export"], "KEY": "user"},
+    }
+
+A request is guarded by every semaphore whose PATHS match ``request.path_info``
+(``re.search``) or whose URL_NAMES hold the resolved ``namespace:name``, and
+whose METHODS (None: all) hold its method.  The semaphores of a
+``@semaphore``-decorated view are taken in the same step, so a request gets all
+of them or none.  Place it after AuthenticationMiddleware when a KEY is "user".
+"""
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+
+from . import conf, web
+
+
+def matching_needs(request, resolver_match):
+    """The :class:`~django_semaphore.web.Need` of every semaphore whose rules match ``request``."""
+    needs = []
+    url_name = getattr(resolver_match, "view_name", None)
+    method = request.method
+    for name in conf.names():
+        config = conf.get_config(name)
+        if not (config.paths or config.url_names):
+            continue
+        if config.methods is not None and method not in config.methods:
+            continue
+        if (url_name is not None and url_name in config.url_names) or any(
+            pattern.search(request.path_info) for pattern in config.paths
+        ):
+            needs.append(web.Need(name))
+    return needs
+
+
+class SemaphoreMiddleware:
+    """Guard requests with the semaphores whose PATHS / URL_NAMES / METHODS match.
+
+    Sync and async capable: under ASGI the semaphores are taken with the
+    asyncio Redis client, without a thread.  Responses are those of the
+    ``@semaphore`` decorator (SEMAPHORE_REJECT_VIEW, 503, fail open).
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+            # Django awaits process_view under ASGI: keep it on the event loop.
+            self.process_view = self._aprocess_view
+
+    def __call__(self, request):
+        if self.async_mode:
+            return self.__acall__(request)
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            self._release(request)
+            raise
+        return self._finish(request, response)
+
+    async def __acall__(self, request):
+        try:
+            response = await self.get_response(request)
+        except BaseException:
+            await self._arelease(request)
+            raise
+        return self._finish(request, response)
+
+    def _needs(self, request, view_func):
+        needs = matching_needs(request, getattr(request, "resolver_match", None))
+        if needs:
+            needs.extend(web.needs_of(view_func))  # the decorator's too: all or none
+        return web.pending_needs(request, needs) if needs else []
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        """Take the semaphores of this request; a response refuses it."""
+        needs = self._needs(request, view_func)
+        if not needs:
+            return None
+        guard = web.Guard(request, needs)
+        request._semaphore_middleware_guard = guard
+        return guard.enter()
+
+    async def _aprocess_view(self, request, view_func, view_args, view_kwargs):
+        needs = self._needs(request, view_func)
+        if not needs:
+            return None
+        guard = web.Guard(request, needs)
+        request._semaphore_middleware_guard = guard
+        return await guard.aenter()
+
+    def process_exception(self, request, exception):
+        """The view raised: release at once rather than when the error page is sent."""
+        self._release(request)
+
+    def _release(self, request):
+        guard = getattr(request, "_semaphore_middleware_guard", None)
+        if guard is not None:
+            guard.release()
+
+    async def _arelease(self, request):
+        guard = getattr(request, "_semaphore_middleware_guard", None)
+        if guard is not None:
+            await guard.arelease()
+
+    def _finish(self, request, response):
+        guard = getattr(request, "_semaphore_middleware_guard", None)
+        if guard is not None and not guard.closed:
+            guard.hold_until_closed(response)
+        return response

@@ -1,0 +1,334 @@
+"""What the decorator and the middleware share: from a request and the
+semaphores it needs, to leases held or to the response that refuses it.
+
+* :class:`Need` is one semaphore a request needs (name, KEY override, WAIT override).
+* :class:`Guard` takes every need of one request **all or none**: in one global
+  order (by name, then partition value), so two requests needing the same pair
+  cannot deadlock, and giving back what it took if one is refused or Redis fails.
+  ``enter()`` / ``aenter()`` return None when the view may run (guarded, or
+  unguarded under SEMAPHORE_FAIL_OPEN) or the response to send instead.
+* The leases are released when the response is closed (after the last byte of a
+  stream), or at once if the view raises.
+
+The sync and async paths share every decision here; only the Redis calls differ.
+"""
+
+import logging
+from dataclasses import dataclass
+
+from asgiref.sync import iscoroutinefunction
+from django.utils.functional import empty
+from django.utils.module_loading import import_string
+from redis.exceptions import RedisError
+
+from . import conf, refresh
+from .core import Semaphore
+from .exceptions import SemaphoreBackendError, SemaphoreFull
+
+logger = logging.getLogger("django_semaphore")
+
+PATH_META_LENGTH = 200
+HANDLED_ATTR = "_semaphore_handled"
+GUARDS_ATTR = "_semaphore_guards"
+NEEDS_ATTR = "semaphore_needs"
+
+# What a broken or unreachable Redis can raise through the client besides
+# SemaphoreBackendError (the engine wraps RedisError; a client may also let an
+# OSError through).  Anything else is a programming error and propagates.
+BACKEND_ERRORS = (SemaphoreBackendError, RedisError, OSError)
+
+
+@dataclass(frozen=True)
+class Need:
+    """One semaphore a request needs: ``key`` / ``wait`` of None use its settings."""
+
+    name: str
+    key: object = None
+    wait: float | None = None
+
+    def key_function(self, config):
+        """The callable (request) -> str giving the partition value, or None."""
+        if self.key is None:
+            return config.key
+        func, problems = conf.resolve_key(self.name, self.key)
+        for problem in problems:
+            if not problem.warning:
+                raise problem.as_exception()
+        return func
+
+
+class Item:
+    """A Need resolved against one request: the semaphore, the partition value, the wait."""
+
+    __slots__ = ("semaphore", "config", "key", "wait")
+
+    def __init__(self, semaphore, config, key, wait):
+        self.semaphore = semaphore
+        self.config = config
+        self.key = key
+        self.wait = wait
+
+    @property
+    def order(self):
+        # The global acquisition order: by name, then partition (None first).
+        return (self.semaphore.name, self.key is not None, self.key or "")
+
+
+def needs_of(func):
+    """The needs a ``@semaphore``-decorated callable declares (empty if none)."""
+    return tuple(getattr(func, NEEDS_ATTR, ()))
+
+
+def _user(request):
+    """The user if the request has one already loaded or loadable without I/O in async code."""
+    user = getattr(request, "user", None)
+    if user is None:
+        return None
+    wrapped = getattr(user, "_wrapped", None)
+    if wrapped is empty:
+        return None  # a lazy user not loaded yet (async path: see load_user_async)
+    return user
+
+
+def _user_label(user):
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    return str(user.pk)
+
+
+def request_meta(request, user=None):
+    """The meta the web layer stores with each holder: method, path, user, remote_addr."""
+    return {
+        "method": request.method,
+        "path": request.path[:PATH_META_LENGTH],
+        "user": _user_label(user),
+        "remote_addr": request.META.get("REMOTE_ADDR"),
+    }
+
+
+def _sync_user(request):
+    user = getattr(request, "user", None)
+    if user is not None:
+        user.is_authenticated  # noqa: B018 - load a lazy user in the sync world
+    return user
+
+
+async def load_user_async(request):
+    """Load ``request.user`` without sync database access in async code.
+
+    With Django's AuthenticationMiddleware the user is lazy; ``request.auser()``
+    loads it asynchronously, and ``request.user`` is then bound to the loaded
+    user so KEY callables may read it.
+    """
+    user = getattr(request, "user", None)
+    if user is None:
+        return None
+    if getattr(user, "_wrapped", None) is empty and hasattr(request, "auser"):
+        user = await request.auser()
+        request.user = user
+    return user
+
+
+def resolve(request, needs, user):
+    """Resolve ``needs`` (not yet handled for this request) into sorted Items."""
+    items, seen = [], set()
+    for need in needs:
+        config = conf.get_config(need.name)
+        func = need.key_function(config)
+        key = None if func is None else str(func(request))
+        wait = config.wait if need.wait is None else need.wait
+        if (need.name, key) in seen:
+            continue
+        seen.add((need.name, key))
+        items.append(Item(Semaphore(need.name), config, key, wait))
+    items.sort(key=lambda item: item.order)
+    return items
+
+
+def pending_needs(request, needs):
+    """The needs not already taken care of for this request (by the middleware or an outer decorator)."""
+    handled = getattr(request, HANDLED_ATTR, None)
+    if handled is None:
+        handled = set()
+        setattr(request, HANDLED_ATTR, handled)
+    return [need for need in needs if need not in handled]
+
+
+def _mark_handled(request, needs):
+    getattr(request, HANDLED_ATTR).update(needs)
+
+
+def reject_view():
+    """SEMAPHORE_REJECT_VIEW, imported."""
+    value = conf.setting("SEMAPHORE_REJECT_VIEW")
+    return import_string(value) if isinstance(value, str) else value
+
+
+def _describe(request):
+    return f"{request.method} {request.path[:PATH_META_LENGTH]}"
+
+
+def refused_response(request, exc):
+    """Log one line and return the SEMAPHORE_REJECT_VIEW response for ``exc`` (SemaphoreFull)."""
+    logger.info(
+        "Refused %s: semaphore %r is full (key %r, retry after %ss).",
+        _describe(request),
+        exc.name,
+        exc.key,
+        exc.retry_after,
+    )
+    return reject_view()(request, exc)
+
+
+def backend_failure(request, names, exc):
+    """Log one line; return the 503 response when failing closed, None under SEMAPHORE_FAIL_OPEN."""
+    if not isinstance(exc, SemaphoreBackendError):
+        exc = SemaphoreBackendError(f"Redis failed: {type(exc).__name__}: {exc}")
+    if conf.setting("SEMAPHORE_FAIL_OPEN"):
+        logger.warning(
+            "Redis unreachable for semaphore(s) %s; %s runs UNGUARDED (SEMAPHORE_FAIL_OPEN): %s",
+            ", ".join(map(repr, names)),
+            _describe(request),
+            exc,
+        )
+        return None
+    logger.error(
+        "Redis unreachable for semaphore(s) %s; %s answered 503: %s",
+        ", ".join(map(repr, names)),
+        _describe(request),
+        exc,
+    )
+    from .views import unavailable
+
+    return unavailable(request, exc)
+
+
+class Guard:
+    """The semaphores of one request (or of one layer of it), taken all or none."""
+
+    def __init__(self, request, needs):
+        self.request = request
+        self.needs = list(needs)
+        self.leases = []
+        self.watches = []
+        self.async_watch = None
+        self.closed = False
+
+    # -- shared decisions --------------------------------------------------------
+
+    def _granted(self, items):
+        leases = self.request.__dict__.setdefault("semaphore_leases", {})
+        for lease in self.leases:
+            leases[lease.name] = lease
+        _mark_handled(self.request, self.needs)
+        guards = self.request.__dict__.setdefault(GUARDS_ATTR, [])
+        guards.append(self)
+        return [lease for item, lease in zip(items, self.leases, strict=True) if item.config.auto_refresh]
+
+    def _refused(self, item, retry_after):
+        exc = SemaphoreFull(item.semaphore.name, retry_after, item.key)
+        return refused_response(self.request, exc)
+
+    def _failed(self, exc):
+        self.request.__dict__.setdefault("semaphore_leases", {})
+        _mark_handled(self.request, self.needs)  # fail open: do not try again further in
+        return backend_failure(self.request, [n.name for n in self.needs], exc)
+
+    # -- sync ----------------------------------------------------------------------
+
+    def enter(self):
+        """Take every semaphore: None to run the view, else the response to send."""
+        items = resolve(self.request, self.needs, None)
+        if not items:
+            return None
+        meta = request_meta(self.request, _sync_user(self.request))
+        try:
+            for item in items:
+                lease, retry_after = item.semaphore.try_acquire(item.key, item.wait, meta)
+                if lease is None:
+                    self._give_back()
+                    _mark_handled(self.request, self.needs)
+                    return self._refused(item, retry_after)
+                self.leases.append(lease)
+        except BACKEND_ERRORS as exc:
+            self._give_back()
+            return self._failed(exc)
+        self.watches = [refresh.watch(lease) for lease in self._granted(items)]
+        return None
+
+    def _give_back(self):
+        for lease in reversed(self.leases):
+            try:
+                lease.release()
+            except BACKEND_ERRORS as exc:
+                logger.warning("Could not release semaphore %r: %s", lease.name, exc)
+        self.leases = []
+
+    def release(self):
+        """Stop renewing and release every lease (sync; idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        for watch in self.watches:
+            watch.stop()
+        if self.async_watch is not None:
+            self.async_watch.stop()
+        self._give_back()
+
+    # -- async ---------------------------------------------------------------------
+
+    async def aenter(self):
+        """The asyncio twin of :meth:`enter`."""
+        user = await load_user_async(self.request)
+        items = resolve(self.request, self.needs, user)
+        if not items:
+            return None
+        meta = request_meta(self.request, _user(self.request))
+        try:
+            for item in items:
+                lease, retry_after = await item.semaphore.atry_acquire(item.key, item.wait, meta)
+                if lease is None:
+                    await self._agive_back()
+                    _mark_handled(self.request, self.needs)
+                    return self._refused(item, retry_after)
+                self.leases.append(lease)
+        except BACKEND_ERRORS as exc:
+            await self._agive_back()
+            return self._failed(exc)
+        leases = self._granted(items)
+        if leases:
+            self.async_watch = refresh.AsyncWatch(leases)
+        return None
+
+    async def _agive_back(self):
+        for lease in reversed(self.leases):
+            try:
+                await lease.arelease()
+            except BACKEND_ERRORS as exc:
+                logger.warning("Could not release semaphore %r: %s", lease.name, exc)
+        self.leases = []
+
+    async def arelease(self):
+        """The asyncio twin of :meth:`release`."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.async_watch is not None:
+            await self.async_watch.astop()
+        for watch in self.watches:
+            watch.stop()
+        await self._agive_back()
+
+    # -- the response ------------------------------------------------------------------
+
+    def hold_until_closed(self, response):
+        """Release when ``response`` is closed: after the last byte, streams included."""
+        if not self.leases:
+            self.closed = True
+            return response
+        response._resource_closers.append(self.release)
+        return response
+
+
+def is_async(func):
+    return iscoroutinefunction(func)
