@@ -185,10 +185,6 @@ def scan_iter(client, match, count=1000):
 
 async def ascan_iter(client, match, count=1000):
     """The asyncio twin of :func:`scan_iter`."""
-    if is_cluster(client):
-        for node in client.get_primaries():
-            async for key in node.redis_connection.scan_iter(match=match, count=count):
-                yield key
-        return
+    # On a cluster, redis-py sends SCAN to every primary and follows each cursor.
     async for key in client.scan_iter(match=match, count=count):
         yield key

@@ -16,7 +16,7 @@ from importlib import resources
 from redis.exceptions import NoScriptError, RedisError
 
 from . import signals
-from .connection import server_name
+from .connection import is_cluster, server_name
 from .exceptions import SemaphoreBackendError
 
 
@@ -71,6 +71,28 @@ class Sleep:
     seconds: float
 
 
+_MULTI = None
+
+
+def _as_script(pipe):
+    """A MULTI/EXEC pipe as one script call: just as atomic, one slot.
+
+    redis-py's asyncio RedisCluster runs a transactional pipeline's commands
+    through ``asyncio.run`` in threads (a new event loop each), which breaks
+    on the caller's loop; a script runs the same commands atomically on the
+    node that owns the slot.
+    """
+    global _MULTI
+    if _MULTI is None:
+        _MULTI = LuaScript("multi")
+    keys, args = [], []
+    for command in pipe.commands:
+        keys.append(command[1])
+        args.append(len(command))
+        args.extend(command)
+    return Script(_MULTI, tuple(dict.fromkeys(keys)), tuple(args))
+
+
 def _backend_error(client, exc):
     """The SemaphoreBackendError for a Redis failure; sends ``backend_failed``."""
     server = server_name(client)
@@ -112,6 +134,8 @@ async def aexecute(client, request):
         except NoScriptError:
             return await client.eval(request.script.source, numkeys, *request.keys, *request.args)
     if type(request) is Pipe:
+        if request.transaction and is_cluster(client):
+            return await aexecute(client, _as_script(request))
         pipe = client.pipeline(transaction=request.transaction)
         for command in request.commands:
             pipe.execute_command(*command)

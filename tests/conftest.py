@@ -13,6 +13,8 @@ import uuid
 import pytest
 import redis
 
+pytest_plugins = ["tests.fixtures_redis"]
+
 _SESSION = uuid.uuid4().hex[:8]
 _counter = itertools.count()
 

@@ -1,0 +1,183 @@
+"""The engine on Redis Cluster (and, for comparison, on one server).
+
+Every test taking ``backend`` runs twice: on the session's single server and
+on a three-primary cluster (tests/fixtures_redis.py).
+"""
+
+import asyncio
+import threading
+import time
+
+import pytest
+from redis.cluster import key_slot
+
+from django_semaphore import Semaphore, connection
+from django_semaphore.algorithms import ALGORITHMS, holders, purge, status
+from django_semaphore.scripting import Command, Pipe, Script, execute
+
+ALL = list(ALGORITHMS)
+
+
+def test_cluster_is_up(redis_cluster, cluster_client):
+    assert redis_cluster.is_ok()
+    assert len(cluster_client.get_primaries()) == 3
+
+
+def test_sync_operations(backend, backend_redis):
+    sem = Semaphore("cl-sync", limit=2, timeout=5)
+    a = sem.acquire(meta={"n": 1})
+    b = sem.acquire(key=None)
+    assert a and b and b.token > a.token
+    assert sem.acquire() is None
+    assert sem.available() == 0
+    assert [h.identifier for h in sem.holders()] == [a.identifier, b.identifier]
+    assert sem.holders()[0].meta["n"] == 1
+    assert a.refresh() is True
+    assert a.release() is True and a.release() is False
+    c = sem.acquire()
+    assert c.token > b.token
+    # A waiter is woken by a release (BLPOP on its wake list, same slot).
+    timer = threading.Timer(0.3, b.release)
+    timer.start()
+    started = time.monotonic()
+    d = sem.acquire(wait=5)
+    timer.join()
+    assert d is not None and time.monotonic() - started < 4
+    for lease in (c, d):
+        assert lease.release()
+    assert sem.available() == 2
+
+
+def test_purge_and_partitions_across_nodes(backend, backend_redis):
+    sem = Semaphore("cl-purge", limit=1, timeout=0.2)
+    leases = [sem.acquire(key=f"user-{i}") for i in range(30)]
+    assert all(leases)
+    assert len(sem.partitions()) == 30
+    deadline = time.monotonic() + 5
+    while sem.status(key="user-0").in_use and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sem.purge_expired() == 30
+    assert sem.purge_expired() == 0
+    assert all(lease.refresh() is False for lease in leases[:3])
+
+
+@pytest.mark.asyncio
+async def test_async_operations(backend, backend_redis):
+    sem = Semaphore("cl-async", limit=2, timeout=5)
+    a = await sem.aacquire()
+    b = await sem.aacquire(key="k")
+    c = await sem.aacquire(key="k")
+    assert a and b and c and await sem.aacquire(key="k") is None
+    assert await a.arefresh() is True
+    assert [h.identifier for h in await sem.aholders(key="k")] == [b.identifier, c.identifier]
+    assert await sem.aavailable(key="k") == 0
+
+    async def release_later():
+        await asyncio.sleep(0.3)
+        await b.arelease()
+
+    task = asyncio.create_task(release_later())
+    d = await sem.aacquire(key="k", wait=5)
+    await task
+    assert d is not None
+    assert await c.arelease()
+    async with sem.ahold(key="k") as e:
+        assert e.token > d.token
+    assert await a.arelease() and await d.arelease()
+    assert await sem.apurge_expired() == 0
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_algorithms(backend, algorithm):
+    sem = Semaphore("cl-" + algorithm, limit=2, timeout=5, algorithm=algorithm)
+    a, b = sem.acquire(key="x"), sem.acquire(key="x")
+    assert a and b and sem.acquire(key="x") is None
+    assert len(sem.holders(key="x")) == 2
+    assert a.refresh() is True
+    assert b.release() is True
+    assert sem.acquire(key="x", wait=0.2) is not None
+    assert sem.purge_expired() == 0
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+@pytest.mark.asyncio
+async def test_algorithms_async(backend, algorithm):
+    sem = Semaphore("cla-" + algorithm, limit=1, timeout=5, algorithm=algorithm)
+    a = await sem.aacquire()
+    assert a and await sem.aacquire() is None
+    assert await a.arefresh() is True
+    assert await a.arelease() is True
+    assert await sem.aacquire(wait=0.2) is not None
+
+
+def test_semaphores_spread_across_primaries(redis_cluster, cluster_client, backend):
+    if backend != "cluster":
+        pytest.skip("cluster only")
+    leases = [Semaphore(f"spread-{i}", limit=1, timeout=5).acquire() for i in range(60)]
+    assert all(leases)
+    for lease in leases:
+        node = cluster_client.get_node_from_key(lease._keys.timeouts)
+        assert node.redis_connection.exists(*lease._keys.main[:3]) == 3
+    used = {cluster_client.get_node_from_key(lease._keys.timeouts).port for lease in leases}
+    assert used == {node.port for node in cluster_client.get_primaries()}
+
+
+def _keys_of(request):
+    if type(request) is Script:
+        return list(request.keys)
+    if type(request) is Pipe:
+        return [c[1] for c in request.commands]
+    if type(request) is Command and request.args[0] in ("BLPOP",):
+        return [request.args[1]]
+    return []
+
+
+def _drive(client, operation, seen):
+    """Run an operation generator, recording the slot of every key it names."""
+    try:
+        request = next(operation)
+        while True:
+            keys = _keys_of(request)
+            if type(request) is Pipe:
+                for command in request.commands:
+                    if command[0] == "ZINTERSTORE":
+                        keys.extend(command[3 : 3 + int(command[2])])
+            seen.append({key_slot(k.encode()) for k in keys})
+            request = operation.send(execute(client, request))
+    except StopIteration as done:
+        return done.value
+
+
+@pytest.mark.parametrize("algorithm", ALL)
+def test_every_request_stays_in_one_slot(backend, algorithm):
+    sem = Semaphore("slots-\n{x}" + algorithm, limit=1, timeout=5, algorithm=algorithm)
+    keys = sem.partition("{evil}\x00key")
+    alg = ALGORITHMS[algorithm]
+    client = connection.get_client()
+    seen = []
+    first = _drive(client, alg.acquire(keys, 1, 5000, "id-1", "{}"), seen)
+    _drive(client, alg.acquire(keys, 1, 5000, "id-2", "{}"), seen)
+    _drive(client, alg.refresh(keys, 5000, "id-1"), seen)
+    _drive(client, holders(keys), seen)
+    _drive(client, status(keys), seen)
+    _drive(client, purge(keys), seen)
+    _drive(client, alg.release(keys, 1, "id-1"), seen)
+    assert first.token > 0
+    slots = set().union(*seen)
+    assert len(slots) == 1, slots
+    wake_slot = key_slot(keys.wake("abc").encode())
+    lock_slot = key_slot(keys.lock.encode())
+    assert {wake_slot, lock_slot} == slots
+
+
+def test_script_flush_on_every_node(backend, backend_redis):
+    sem = Semaphore("cl-flush", limit=1, timeout=5)
+    lease = sem.acquire()
+    if backend == "cluster":
+        for node in backend_redis.get_primaries():
+            node.redis_connection.script_flush()
+    else:
+        backend_redis.script_flush()
+    assert lease.refresh() is True
+    assert sem.acquire() is None
+    assert lease.release() is True
