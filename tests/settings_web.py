@@ -25,6 +25,8 @@ WEB_SEMAPHORES = {
     "mw-path": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "PATHS": [r"^/web/mw/a?path/"]},
     "mw-name": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "URL_NAMES": ["web:mw-named"]},
     "mw-post": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "PATHS": [r"^/web/mw/post/"], "METHODS": ["POST"]},
+    "pair-x": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "WAIT": 20},
+    "pair-y": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "WAIT": 20},
     "mw-a": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "PATHS": [r"^/web/mw/pair/"]},
     "mw-b": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "PATHS": [r"^/web/mw/pair/", r"^/web/mw/b-only/"]},
 }

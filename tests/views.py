@@ -69,10 +69,17 @@ def leases_json(request, **extra):
     return JsonResponse(body)
 
 
+def gate_key(label):
+    return f"{probe_keys(label)[0]}:gate"
+
+
 def _probe_sync(request, label):
     enter(label, request.GET.get("id", ""))
     try:
-        time.sleep(_sleep_for(request))
+        if "gate" in request.GET:
+            _sync_client().blpop([gate_key(label)], timeout=30)
+        else:
+            time.sleep(_sleep_for(request))
     finally:
         leave(label)
     return leases_json(request)
@@ -83,7 +90,10 @@ async def _probe_async(request, label):
     try:
         await aenter(client, label, request.GET.get("id", ""))
         try:
-            await asyncio.sleep(_sleep_for(request))
+            if "gate" in request.GET:
+                await client.blpop([gate_key(label)], timeout=30)
+            else:
+                await asyncio.sleep(_sleep_for(request))
         finally:
             await client.decr(probe_keys(label)[0])
     finally:
@@ -169,7 +179,7 @@ async def aboom(request):
 
 def _gate(label):
     """Block until the test pushes to the probe's gate list (bounded)."""
-    _sync_client().blpop([f"{probe_keys(label)[0]}:gate"], timeout=30)
+    _sync_client().blpop([gate_key(label)], timeout=30)
 
 
 @semaphore("web-one")
@@ -188,7 +198,7 @@ async def astream(request):
         yield b"first\n"
         client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
         try:
-            await client.blpop([f"{probe_keys('astream')[0]}:gate"], timeout=30)
+            await client.blpop([gate_key("astream")], timeout=30)
         finally:
             await client.aclose()
         yield b"second\n"
@@ -208,6 +218,23 @@ async def along(request):
     await asyncio.sleep(_sleep_for(request, 2.5))
     lease = request.semaphore_leases["web-short"]
     return leases_json(request, refreshed_until=lease.expires_ms, acquired=lease.acquired_ms)
+
+
+@semaphore("pair-x")
+@semaphore("pair-y")
+def pair_xy(request):
+    return _probe_sync(request, "pair")
+
+
+@semaphore("pair-y")
+@semaphore("pair-x")
+def pair_yx(request):
+    return _probe_sync(request, "pair")
+
+
+async def aprobe_plain(request):
+    """Undecorated async view with a probe: guarded only by the middleware rules."""
+    return await _probe_async(request, "mw-async")
 
 
 def plain(request):
