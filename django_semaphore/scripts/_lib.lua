@@ -46,12 +46,17 @@ local function wake(now, limit, wake_prefix)
 end
 
 -- Keep the holder keys alive past the latest expiry they hold, plus one second.
-local function keep_alive(now, expiry)
+-- Every writer gives the three keys the same TTL, with one lease to spare
+-- (so a partition nobody uses is gone within 2 x lease + 1 s): while the
+-- timeout ZSET's TTL still covers this expiry the others' do too, and one
+-- PTTL replaces four commands.  `force` when a key may have been (re)created.
+local function keep_alive(now, expiry, lease, force)
+  local need = expiry - now + 1000
+  if not force and redis.call('PTTL', KEYS[1]) >= need then return end
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  if last[2] and tonumber(last[2]) > expiry then expiry = tonumber(last[2]) end
-  local ttl = expiry - now + 1000
+  if last[2] and tonumber(last[2]) > expiry then need = tonumber(last[2]) - now + 1000 end
+  local ttl = need + lease
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl)
   redis.call('PEXPIRE', KEYS[3], ttl)
 end
-

@@ -7,15 +7,23 @@ local id = ARGV[3]
 local ticket = tonumber(ARGV[5])
 local now, clock = server_ms()
 
-purge_holders(now, 1000)
+-- After the purge every entry left is live, unless more than one batch expired.
+local live
+if purge_holders(now, 1000) < 1000 then
+  live = redis.call('ZCARD', KEYS[1])
+else
+  live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+end
 
 -- A retried acquire (same identifier) that already got its slot gets it again.
-local held = redis.call('ZSCORE', KEYS[1], id)
-if held and tonumber(held) > now then
-  local rec = redis.call('HGET', KEYS[3], id)
-  if rec then
-    local token, acquired = string.match(rec, '^(%d+):(%d+):')
-    return {1, token, tonumber(acquired), tonumber(held)}
+local function held_again()
+  local held = redis.call('ZSCORE', KEYS[1], id)
+  if held and tonumber(held) > now then
+    local rec = redis.call('HGET', KEYS[3], id)
+    if rec then
+      local token, acquired = string.match(rec, '^(%d+):(%d+):')
+      return {1, token, tonumber(acquired), tonumber(held)}
+    end
   end
 end
 
@@ -26,9 +34,16 @@ if waiting > 0 then
   rank = redis.call('ZRANK', KEYS[4], id)
   if rank then ahead = rank end
 end
-local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
 
 if limit - live > ahead then
+  local expires = now + lease
+  -- NX: an identifier already present is a retry, found without a ZSCORE
+  -- on the common path (or, rarely, an expired entry the purge left).
+  if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 0 then
+    local again = held_again()
+    if again then return again end
+    redis.call('ZADD', KEYS[1], expires, id)
+  end
   if rank then
     redis.call('ZREM', KEYS[4], id)
     redis.call('ZREM', KEYS[5], id)
@@ -46,13 +61,15 @@ if limit - live > ahead then
   else
     token = string.format('%.0f', n)
   end
-  local expires = now + lease
-  redis.call('ZADD', KEYS[1], expires, id)
   redis.call('ZADD', KEYS[2], token, id)
   redis.call('HSET', KEYS[3], id, token .. ':' .. now .. ':' .. ARGV[4])
-  keep_alive(now, expires)
+  -- live == 0: the ZSETs were (re)created; n == 1: the HASH was.
+  keep_alive(now, expires, lease, live == 0 or n == 1)
   return {1, token, now, expires}
 end
+
+local again = held_again()
+if again then return again end
 
 if ticket > 0 then
   if not rank then

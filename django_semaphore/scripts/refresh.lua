@@ -9,7 +9,8 @@ if not expiry or tonumber(expiry) <= now then
   redis.call('HDEL', KEYS[3], id)
   return 0
 end
-local expires = now + tonumber(ARGV[2])
+local lease = tonumber(ARGV[2])
+local expires = now + lease
 redis.call('ZADD', KEYS[1], 'XX', expires, id)
-keep_alive(now, expires)
+keep_alive(now, expires, lease, false)
 return expires
