@@ -1,0 +1,114 @@
+"""``manage.py sema_status [NAME]``: the semaphores' figures (and with NAME, its holders).
+
+The terminal twin of the admin pages.  Exit codes: 0 done, 1 Redis failed,
+2 NAME is not in SEMAPHORES.
+"""
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from django_semaphore import monitor, semaphores
+from django_semaphore.exceptions import SemaphoreBackendError
+
+
+def format_table(headers, rows, right=()):
+    """Plain-text columns; indexes in ``right`` are right-aligned."""
+    rows = [[str(cell) for cell in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells):
+        out = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+class Command(BaseCommand):
+    help = (
+        "Show every semaphore with its live partitions: limit, in use, free, waiting. With NAME, "
+        "also that semaphore's holders in token order (token, acquired, expires in, meta)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "name",
+            nargs="?",
+            metavar="NAME",
+            help="A semaphore from SEMAPHORES whose holders to list. Default: none (the table only).",
+        )
+        parser.add_argument(
+            "--max-partitions",
+            type=int,
+            default=monitor.MAX_PARTITIONS,
+            help=f"Partitions listed per semaphore, busiest first. Default: {monitor.MAX_PARTITIONS}.",
+        )
+
+    def handle(self, *args, name=None, max_partitions=monitor.MAX_PARTITIONS, **options):
+        if name is not None and name not in semaphores:
+            raise CommandError(
+                f"Unknown semaphore {name!r}. SEMAPHORES has: {', '.join(map(repr, semaphores)) or 'none'}.",
+                returncode=2,
+            )
+        try:
+            if name is None:
+                views = monitor.read_all(max_partitions)
+            else:
+                views = [monitor.read_semaphore(name, None, max_partitions, with_holders=True)]
+        except SemaphoreBackendError as exc:
+            raise CommandError(str(exc), returncode=1)
+        self.stdout.write(self.summary(views))
+        if name is not None:
+            self.stdout.write("")
+            self.stdout.write(self.holders(views[0]))
+
+    def summary(self, views):
+        rows = []
+        for view in views:
+            if view.error:
+                rows.append([view.name, f"error: {view.error}", "", "", "", ""])
+                continue
+            if not view.partitions:
+                rows.append([view.name, "(no live partition)", view.limit, 0, view.limit, 0])
+            for partition in view.partitions:
+                label = "-" if partition.unpartitioned else partition.label[:40]
+                rows.append(
+                    [view.name, label, partition.limit, partition.in_use, partition.free, partition.waiting]
+                )
+            if view.hidden:
+                rows.append([view.name, f"(+{view.hidden} more partitions)", "", "", "", ""])
+        headers = ["SEMAPHORE", "PARTITION", "LIMIT", "IN USE", "FREE", "WAITING"]
+        return format_table(headers, rows, right={2, 3, 4, 5})
+
+    def holders(self, view):
+        now = timezone.now()
+        blocks = []
+        for partition in view.partitions:
+            title = "Holders" if partition.unpartitioned else f"Partition {partition.label}"
+            rows = [
+                [
+                    holder.token,
+                    holder.acquired_at.strftime("%Y-%m-%d %H:%M:%S") if holder.acquired_at else "",
+                    f"{monitor.expires_in(holder, now)} s",
+                    *(str(holder.meta.get(k, "")) for k in ("user", "method", "path", "remote_addr", "host")),
+                    holder.meta.get("pid", ""),
+                ]
+                for holder in partition.holders
+            ]
+            headers = [
+                "TOKEN",
+                "ACQUIRED (UTC)",
+                "EXPIRES IN",
+                "USER",
+                "METHOD",
+                "PATH",
+                "REMOTE",
+                "HOST",
+                "PID",
+            ]
+            body = format_table(headers, rows, right={0, 2, 8}) if rows else "(no holders)"
+            figures = f"{partition.in_use} of {partition.limit} in use, {partition.waiting} waiting"
+            blocks.append(f"{title}: {figures}\n{body}")
+        return "\n\n".join(blocks) or "(no live partition)"

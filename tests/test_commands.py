@@ -1,0 +1,206 @@
+"""manage.py sema_cleanup and sema_status, against the real Redis."""
+
+import subprocess
+import sys
+import threading
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from django_semaphore import Semaphore, semaphores
+from django_semaphore.testing.server import free_port
+
+SEMAPHORES = {
+    "reports": {"LIMIT": 2, "TIMEOUT": 30},
+    "quick": {"LIMIT": 5, "TIMEOUT": 0.05},
+    "per-ip": {"LIMIT": 1, "TIMEOUT": 0.05, "KEY": "ip"},
+}
+
+
+@pytest.fixture(autouse=True)
+def configured(settings):
+    settings.SEMAPHORES = SEMAPHORES
+
+
+def wait_until_expired(raw_redis, *sems_and_keys):
+    """Block until Redis' own clock is past every lease of the given (semaphore, key) partitions."""
+    deadline = 0.0
+    for sem, key in sems_and_keys:
+        scores = raw_redis.zrange(sem.partition(key).timeouts, 0, -1, withscores=True)
+        deadline = max([deadline, *(score for _, score in scores)])
+    while True:
+        seconds, micros = raw_redis.time()
+        if seconds * 1000 + micros / 1000 > deadline + 1:
+            return
+
+
+def run(*args, **options):
+    out = StringIO()
+    call_command(*args, stdout=out, stderr=StringIO(), **options)
+    return out.getvalue().splitlines()
+
+
+@pytest.fixture
+def expired_and_live(raw_redis):
+    """3 expired entries in "quick", 2 in two "per-ip" partitions, a live "reports" holder."""
+    quick, per_ip = semaphores["quick"], semaphores["per-ip"]
+    assert all([quick.acquire(), quick.acquire(), quick.acquire()])
+    assert per_ip.acquire(key="10.0.0.1") and per_ip.acquire(key="10.0.0.2")
+    live = semaphores["reports"].acquire()
+    wait_until_expired(raw_redis, (quick, None), (per_ip, "10.0.0.1"), (per_ip, "10.0.0.2"))
+    yield live
+    live.release()
+
+
+def test_nothing_to_clean():
+    assert run("sema_cleanup") == ["Removed 0 expired entries from 3 semaphores."]
+    assert run("sema_cleanup", "--dry-run") == ["Would remove 0 expired entries from 3 semaphores."]
+
+
+def test_dry_run_then_cleanup(expired_and_live, raw_redis):
+    live = expired_and_live
+    lines = run("sema_cleanup", "--dry-run", verbosity=2)
+    assert lines == [
+        "reports: would remove 0 expired entries from 1 partitions.",
+        "quick: would remove 3 expired entries from 1 partitions.",
+        "per-ip: would remove 2 expired entries from 2 partitions.",
+        "Would remove 5 expired entries from 3 semaphores.",
+    ]
+    assert raw_redis.zcard(semaphores["quick"].partition().timeouts) == 3  # nothing removed
+
+    assert run("sema_cleanup") == ["Removed 5 expired entries from 3 semaphores."]
+    assert raw_redis.zcard(semaphores["quick"].partition().timeouts) == 0
+    assert raw_redis.hlen(semaphores["quick"].partition().holds) <= 1  # only the counter is left
+    assert [h.token for h in semaphores["reports"].holders()] == [live.token]
+    assert live.refresh() is True
+    assert run("sema_cleanup", verbosity=0) == ["Removed 0 expired entries from 3 semaphores."]
+
+
+def test_selected_semaphores(expired_and_live):
+    lines = run("sema_cleanup", "--semaphore", "per-ip", "--semaphore", "reports", "--semaphore", "per-ip")
+    assert lines == ["Removed 2 expired entries from 2 semaphores."]
+    assert run("sema_cleanup", "--semaphore", "quick", verbosity=2) == [
+        "quick: removed 3 expired entries from 1 partitions.",
+        "Removed 3 expired entries from 1 semaphores.",
+    ]
+
+
+def test_unconfigured_semaphores_under_the_prefix_are_cleaned(raw_redis):
+    retired = Semaphore("retired:old", limit=3, timeout=0.05)
+    assert retired.acquire() and retired.acquire()
+    wait_until_expired(raw_redis, (retired, None))
+    lines = run("sema_cleanup", verbosity=2)
+    assert "retired_old (not in SEMAPHORES): removed 2 expired entries from 1 partitions." in lines
+    assert lines[-1] == "Removed 2 expired entries from 4 semaphores."
+    assert raw_redis.zcard(retired.partition().timeouts) == 0
+
+
+def test_unknown_semaphore_is_a_command_error():
+    with pytest.raises(CommandError, match="Unknown semaphore.*'nope'") as info:
+        run("sema_cleanup", "--semaphore", "reports", "--semaphore", "nope")
+    assert info.value.returncode == 2
+
+
+def test_never_removes_a_live_holder_while_traffic_flows(settings):
+    """Workers take and give back slots of a long lease while cleanup runs over and over."""
+    settings.SEMAPHORES = {**SEMAPHORES, "busy": {"LIMIT": 1000, "TIMEOUT": 30}}
+    busy = semaphores["busy"]
+    lost = []
+    stop = threading.Event()
+
+    def worker():
+        while not stop.is_set():
+            leases = [busy.acquire(key=k) for k in ("a", "b", None)]
+            for lease in leases:
+                if lease is None or not lease.refresh() or not lease.release():
+                    lost.append(lease)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(30):
+            assert run("sema_cleanup", "--semaphore", "busy") == [
+                "Removed 0 expired entries from 1 semaphores."
+            ]
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert lost == []
+
+
+def _manage(subprocess_env, *args, redis_url=None):
+    env = dict(subprocess_env)
+    if redis_url:
+        env["REDIS_URL"] = redis_url
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args, "--settings", "tests.settings"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_exit_codes(subprocess_env):
+    done = _manage(subprocess_env, "sema_cleanup")
+    assert (done.returncode, done.stdout) == (0, "Removed 0 expired entries from 1 semaphores.\n")
+    unknown = _manage(subprocess_env, "sema_cleanup", "--semaphore", "nope")
+    assert unknown.returncode == 2 and "Unknown semaphore(s): 'nope'" in unknown.stderr
+    down = _manage(subprocess_env, "sema_cleanup", redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    assert down.returncode == 1 and "failed" in down.stderr
+    status = _manage(subprocess_env, "sema_status", "nope")
+    assert status.returncode == 2
+
+
+def test_every_option_names_its_default():
+    from django_semaphore.management.commands import sema_cleanup, sema_status
+
+    for module in (sema_cleanup, sema_status):
+        parser = module.Command().create_parser("manage.py", module.__name__.rsplit(".", 1)[1])
+        own = [a for a in parser._actions if a.dest in ("names", "dry_run", "name", "max_partitions")]
+        assert own
+        for action in own:
+            assert "Default:" in action.help, action.dest
+
+
+def test_status_table():
+    reports, per_ip = semaphores["reports"], semaphores["per-ip"]
+    held = [reports.acquire(), per_ip.acquire(key="192.0.2.7")]
+    try:
+        lines = run("sema_status")
+    finally:
+        for lease in held:
+            lease.release()
+    assert lines[0].split() == ["SEMAPHORE", "PARTITION", "LIMIT", "IN", "USE", "FREE", "WAITING"]
+    rows = [line.split() for line in lines[2:]]
+    assert ["reports", "-", "2", "1", "1", "0"] in rows
+    assert ["quick", "-", "5", "0", "5", "0"] in rows
+    assert ["per-ip", "192.0.2.7", "1", "1", "0", "0"] in rows
+
+
+def test_status_with_name_lists_holders_in_token_order():
+    reports = semaphores["reports"]
+    first = reports.acquire(
+        meta={"user": "alice", "method": "GET", "path": "/r/1", "remote_addr": "10.1.1.1"}
+    )
+    second = reports.acquire(meta={"user": "bob"})
+    try:
+        out = "\n".join(run("sema_status", "reports"))
+    finally:
+        first.release()
+        second.release()
+    assert "Holders: 2 of 2 in use, 0 waiting" in out
+    assert out.index("alice") < out.index("bob")
+    row = next(line for line in out.splitlines() if "alice" in line).split()
+    assert row[0] == str(first.token)
+    assert {"GET", "/r/1", "10.1.1.1"} <= set(row)
+    assert first.identifier not in out
+
+
+def test_status_unknown_name():
+    with pytest.raises(CommandError, match="Unknown semaphore 'nope'") as info:
+        run("sema_status", "nope")
+    assert info.value.returncode == 2
