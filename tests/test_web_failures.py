@@ -1,0 +1,176 @@
+"""Redis unreachable or failing: 503 when failing closed, unguarded under
+SEMAPHORE_FAIL_OPEN, a log line either way, never a 500.
+
+Each way a client can fail is a real server: a closed port (connection
+refused), a listener that never answers (timeout), a Redis whose
+script commands answer with an error, and a socket that answers garbage (a protocol
+error).  The decorator and the middleware, sync and async, meet each.
+"""
+
+import json
+import logging
+import socket
+import threading
+import time
+
+import pytest
+
+from django_semaphore import semaphores, signals
+from django_semaphore.testing.server import RedisServer, free_port
+from tests.settings_web import MIDDLEWARE, WEB_SEMAPHORES
+
+
+@pytest.fixture(autouse=True)
+def web_settings(settings):
+    settings.SEMAPHORES = WEB_SEMAPHORES
+    settings.MIDDLEWARE = MIDDLEWARE
+
+
+class FakeServer:
+    """A TCP listener on loopback that accepts and then ``behaviour``: "silent" or "garbage"."""
+
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        self.stopped = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stopped:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            if self.behaviour == "garbage":
+                try:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+                except OSError:
+                    pass
+
+    def close(self):
+        self.stopped = True
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+
+
+@pytest.fixture(params=["refused", "timeout", "error-reply", "garbage"])
+def broken_redis(request, settings):
+    """SEMAPHORE_REDIS pointed at a Redis that fails in one of four ways."""
+    kind = request.param
+    if kind == "refused":
+        settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{free_port()}/0"}
+        yield kind
+    elif kind == "error-reply":
+        # A live Redis that answers every script call with an error reply.
+        args = ["--rename-command", "EVALSHA", "EVALSHA-off", "--rename-command", "EVAL", "EVAL-off"]
+        with RedisServer(args=args) as server:
+            settings.SEMAPHORE_REDIS = {"URL": server.url}
+            yield kind
+    else:
+        fake = FakeServer("silent" if kind == "timeout" else "garbage")
+        settings.SEMAPHORE_REDIS = {
+            "URL": f"redis://127.0.0.1:{fake.port}/0",
+            "OPTIONS": {"socket_timeout": 0.5, "socket_connect_timeout": 0.5},
+        }
+        yield kind
+        fake.close()
+
+
+PATHS = ["/web/slow/?sleep=0", "/web/mw/path/"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_fail_closed_answers_503(client, broken_redis, path, caplog):
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="django_semaphore"):
+        response = client.get(path, HTTP_ACCEPT="application/json")
+    assert time.monotonic() - started < 10
+    assert response.status_code == 503
+    assert int(response["Retry-After"]) >= 1
+    assert json.loads(response.content) == {
+        "error": "semaphore_unavailable",
+        "retry_after": int(response["Retry-After"]),
+    }
+    lines = [r for r in caplog.records if r.name == "django_semaphore"]
+    assert len(lines) == 1 and lines[0].levelno == logging.ERROR
+    assert "answered 503" in lines[0].getMessage()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_fail_open_runs_the_view_unguarded(client, broken_redis, path, settings, caplog):
+    settings.SEMAPHORE_FAIL_OPEN = True
+    with caplog.at_level(logging.INFO, logger="django_semaphore"):
+        response = client.get(path)
+    assert response.status_code == 200
+    assert json.loads(response.content)["leases"] == {}
+    lines = [r for r in caplog.records if r.name == "django_semaphore"]
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING
+    assert "UNGUARDED" in lines[0].getMessage()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", ["/web/aslow/?sleep=0", "/web/mw/apath/?sleep=0"])
+async def test_fail_closed_async(async_client, broken_redis, path):
+    response = await async_client.get(path)
+    assert response.status_code == 503
+    assert b"temporarily unavailable" in response.content
+
+
+@pytest.mark.asyncio
+async def test_fail_open_async(async_client, broken_redis, settings):
+    settings.SEMAPHORE_FAIL_OPEN = True
+    response = await async_client.get("/web/aslow/?sleep=0")
+    assert response.status_code == 200
+
+
+def test_redis_lost_during_the_view_still_answers(client, settings, caplog):
+    """Redis dies after the grant: the release fails, is logged, and the response stands."""
+    with RedisServer() as server:
+        settings.SEMAPHORE_REDIS = {"URL": server.url}
+
+        def kill(sender, **kwargs):
+            server.stop()
+
+        signals.acquired.connect(kill)
+        try:
+            with caplog.at_level(logging.WARNING, logger="django_semaphore"):
+                response = client.get("/web/slow/?sleep=0")
+        finally:
+            signals.acquired.disconnect(kill)
+    assert response.status_code == 200
+    assert any("Could not release" in r.getMessage() for r in caplog.records)
+
+
+def test_fail_closed_with_the_default_alias_down(client, settings):
+    """SEMAPHORE_REDIS = a django-redis alias whose server is down."""
+    port = free_port()
+    settings.CACHES = {
+        **settings.CACHES,
+        "down": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{port}/0",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
+        },
+    }
+    settings.SEMAPHORE_REDIS = "down"
+    response = client.get("/web/slow/?sleep=0")
+    assert response.status_code == 503
+
+
+def test_recovers_when_redis_returns(client, settings):
+    with RedisServer() as server:
+        settings.SEMAPHORE_REDIS = {"URL": server.url}
+        assert client.get("/web/slow/?sleep=0").status_code == 200
+        server.stop()
+        assert client.get("/web/slow/?sleep=0").status_code == 503
+        server.start()
+        assert client.get("/web/slow/?sleep=0").status_code == 200
+        assert semaphores["web-slow"].available() == 2

@@ -1,0 +1,418 @@
+"""The web layer behind real servers: pytest-django's live_server (threaded WSGI,
+in this process) and uvicorn (ASGI, in a subprocess on a free port).
+
+Concurrency inside the views is counted in Redis (tests/views.py ``probe``), so
+it holds across processes.  Views that must overlap block on a Redis "gate"
+list that the test opens once the refusals have come back, instead of
+sleeping and hoping the requests overlap.
+"""
+
+import concurrent.futures
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from django_semaphore import semaphores, signals
+from django_semaphore.testing.server import free_port
+from tests.helpers import wait_until
+from tests.settings_web import WEB_SEMAPHORES
+from tests.views import gate_key, probe_keys
+
+pytestmark = pytest.mark.slow
+
+READY_TIMEOUT = 60.0  # seconds for a uvicorn subprocess to answer (a loaded 2-core machine)
+
+
+@pytest.fixture(autouse=True)
+def web_semaphores(settings):
+    settings.SEMAPHORES = WEB_SEMAPHORES
+
+
+@pytest.fixture
+def http():
+    with httpx.Client(timeout=60.0, limits=httpx.Limits(max_connections=32)) as client:
+        yield client
+
+
+class Uvicorn:
+    """uvicorn serving tests.asgi_web on a free port, in a subprocess."""
+
+    def __init__(self, env):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "tests.asgi_web:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def _port_open(self):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def wait_ready(self):
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"uvicorn exited: {self.process.stderr.read().decode()}")
+            if self._port_open():
+                response = httpx.get(self.url + "/web/hello/", timeout=10.0)
+                assert response.status_code == 200
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError(f"uvicorn did not listen on port {self.port} within {READY_TIMEOUT}s")
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.stderr.read().decode()
+
+
+@pytest.fixture
+def uvicorn(subprocess_env):
+    """A function starting uvicorn with extra environment variables; all stopped at teardown."""
+    servers = []
+
+    def start(**extra):
+        env = {**subprocess_env, "DJANGO_SETTINGS_MODULE": "tests.settings_web", **extra}
+        server = Uvicorn(env)
+        servers.append(server)
+        return server.wait_ready()
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def probe_max(raw_redis, label):
+    return int(raw_redis.get(probe_keys(label)[1]) or 0)
+
+
+def burst(http, raw_redis, url, label, count=8, limit=2):
+    """``count`` simultaneous requests to a gated view: ``limit`` must hold it, the rest get 429.
+
+    Returns the status codes (sorted).  The gate opens once the refusals are
+    back and the holders are inside the view, so the holders overlap for sure.
+    """
+    pool = concurrent.futures.ThreadPoolExecutor(count)
+    try:
+        futures = [pool.submit(http.get, url, headers={"Accept": "application/json"}) for _ in range(count)]
+        try:
+            wait_until(
+                lambda: (
+                    sum(f.done() for f in futures) >= count - limit
+                    and int(raw_redis.get(probe_keys(label)[0]) or 0) >= limit
+                ),
+                timeout=60,
+                message=f"{count - limit} refusals and {limit} holders",
+            )
+        finally:
+            raw_redis.rpush(gate_key(label), *["go"] * count)
+        responses = [f.result(timeout=60) for f in futures]
+    finally:
+        pool.shutdown(wait=True)
+    for response in responses:
+        if response.status_code == 429:
+            assert int(response.headers["Retry-After"]) >= 1
+            assert response.json()["error"] == "semaphore_full"
+    return sorted(r.status_code for r in responses)
+
+
+# -- bursts: exactly LIMIT at once ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "label"), [("/web/slow/", "slow"), ("/web/cbv/", "cbv")])
+def test_burst_on_live_server(live_server, http, raw_redis, path, label):
+    codes = burst(http, raw_redis, f"{live_server.url}{path}?gate=1", label)
+    assert codes == [200] * 2 + [429] * 6
+    assert probe_max(raw_redis, label) == 2
+    assert semaphores["web-slow"].available() == 2
+
+
+@pytest.mark.parametrize(("path", "label"), [("/web/aslow/", "aslow"), ("/web/acbv/", "acbv")])
+def test_burst_on_uvicorn(uvicorn, http, raw_redis, path, label):
+    server = uvicorn()
+    codes = burst(http, raw_redis, f"{server.url}{path}?gate=1", label)
+    assert codes == [200] * 2 + [429] * 6
+    assert probe_max(raw_redis, label) == 2
+    wait_until(lambda: semaphores["web-slow"].available() == 2, message="slots given back")
+
+
+def test_middleware_burst_on_uvicorn(uvicorn, http, raw_redis):
+    server = uvicorn()
+    codes = burst(http, raw_redis, f"{server.url}/web/mw/apath/?gate=1", "mw-async", limit=1)
+    assert codes == [200] + [429] * 7
+    assert probe_max(raw_redis, "mw-async") == 1
+
+
+def test_no_deadlock_between_requests_needing_the_same_pair(live_server, http, raw_redis):
+    # pair_xy stacks x over y, pair_yx y over x, both WAIT: without one global
+    # order, an x holder waiting for y and a y holder waiting for x would stall.
+    urls = [f"{live_server.url}/web/pair/{order}/?sleep=0.02" for order in ("xy", "yx") * 6]
+    with concurrent.futures.ThreadPoolExecutor(len(urls)) as pool:
+        responses = list(pool.map(http.get, urls))
+    assert [r.status_code for r in responses] == [200] * len(urls)
+    assert probe_max(raw_redis, "pair") == 1
+
+
+# -- FIFO waiting and wake-up latency ------------------------------------------------------------
+
+
+def fifo(http, raw_redis, url, label):
+    """5 waiters arriving 150 ms apart behind a held slot: served in arrival order."""
+    sem = semaphores["web-queue"]
+    held = sem.acquire()
+    pool = concurrent.futures.ThreadPoolExecutor(5)
+    try:
+        futures = []
+        for i in range(5):
+            started = time.monotonic()
+            futures.append(pool.submit(http.get, f"{url}?sleep=0.02&id={i}"))
+            # the waiter is in the queue (an event, not a guess) ...
+            wait_until(lambda n=i + 1: sem.status().waiting >= n, timeout=30, message=f"waiter {i} queued")
+            # ... and the next one arrives 150 ms after this one
+            time.sleep(max(0.0, 0.15 - (time.monotonic() - started)))
+        held.release()
+        codes = [f.result(timeout=60).status_code for f in futures]
+    finally:
+        pool.shutdown(wait=True)
+    assert codes == [200] * 5
+    order = [int(x) for x in raw_redis.lrange(probe_keys(label)[2], 0, -1)]
+    assert order == [0, 1, 2, 3, 4]
+    assert probe_max(raw_redis, label) == 1
+
+
+def test_waiters_served_in_arrival_order_on_live_server(live_server, http, raw_redis):
+    fifo(http, raw_redis, f"{live_server.url}/web/queue/", "queue")
+
+
+def test_waiters_served_in_arrival_order_on_uvicorn(uvicorn, http, raw_redis):
+    server = uvicorn()
+    fifo(http, raw_redis, f"{server.url}/web/aqueue/", "aqueue")
+
+
+@pytest.fixture
+def grants():
+    """token -> acquired_ms (server clock) of every lease granted in this process."""
+    granted = {}
+
+    def on_acquired(sender, lease, **kwargs):
+        granted[lease.token] = lease.acquired_ms
+
+    signals.acquired.connect(on_acquired)
+    yield granted
+    signals.acquired.disconnect(on_acquired)
+
+
+def percentile(values, fraction):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(fraction * (len(values) - 1))))]
+
+
+def test_wake_up_latency_over_http(live_server, http, raw_redis, grants, capsys):
+    """From the release of a held slot to the waiting request's grant (server clock, ms)."""
+    sem = semaphores["web-queue"]
+    latencies = []
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        for _ in range(15):
+            held = sem.acquire()
+            future = pool.submit(http.get, f"{live_server.url}/web/queue/?sleep=0")
+            wait_until(lambda: sem.status().waiting >= 1, timeout=30, message="waiter queued")
+            seconds, micros = raw_redis.time()
+            released_ms = seconds * 1000 + micros / 1000
+            held.release()
+            response = future.result(timeout=60)
+            assert response.status_code == 200
+            token = response.json()["leases"]["web-queue"]["token"]
+            latencies.append(grants[token] - released_ms)
+    p50 = statistics.median(latencies)
+    with capsys.disabled():
+        print(
+            f"\nwake-up, waiting HTTP request (ms, server clock, 1 ms steps): "
+            f"p50={p50:.1f} p99={percentile(latencies, 0.99):.1f} n={len(latencies)}"
+        )
+    assert p50 < 100  # generous: the target is ~5 ms on an idle loopback
+
+
+def test_wake_up_latency_engine(capsys):
+    """From release() to the waiter's grant, both in this process (perf_counter)."""
+    sem = semaphores["web-queue"]
+    latencies = []
+    for _ in range(40):
+        held = sem.acquire()
+        granted = {}
+
+        def waiter(granted=granted):
+            lease, _ = sem.try_acquire(wait=10)
+            granted["at"] = time.perf_counter()
+            granted["lease"] = lease
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        wait_until(lambda: sem.status().waiting >= 1, timeout=30, message="waiter queued", interval=0.002)
+        released = time.perf_counter()
+        held.release()
+        thread.join(30)
+        assert granted["lease"] is not None
+        latencies.append((granted["at"] - released) * 1000)
+        granted["lease"].release()
+    p50, p99 = statistics.median(latencies), percentile(latencies, 0.99)
+    with capsys.disabled():
+        print(f"\nwake-up, engine (ms from release() to the waiter's grant): p50={p50:.2f} p99={p99:.2f}")
+    assert p50 < 50  # generous bound; the target is 5 ms median on loopback
+
+
+# -- streaming, long views ------------------------------------------------------------------------
+
+
+def stream_holds_slot(http, raw_redis, base, path, label):
+    sem = semaphores["web-one"]
+    with http.stream("GET", base + path) as response:
+        assert response.status_code == 200
+        chunks = response.iter_raw()
+        assert next(chunks).startswith(b"first\n")
+        assert sem.available() == 0
+        assert http.get(base + path).status_code == 429
+        raw_redis.rpush(gate_key(label), "go")
+        rest = b"".join(chunks)
+        assert rest.endswith(b"second\n")
+    wait_until(lambda: sem.available() == 1, message="slot released after the stream closed")
+
+
+def test_streaming_response_on_live_server(live_server, http, raw_redis):
+    stream_holds_slot(http, raw_redis, live_server.url, "/web/stream/", "stream")
+
+
+def test_streaming_response_on_uvicorn(uvicorn, http, raw_redis):
+    server = uvicorn()
+    stream_holds_slot(http, raw_redis, server.url, "/web/astream/", "astream")
+
+
+def long_view_keeps_slot(http, base, path):
+    """A view running 2.5 x TIMEOUT (1 s) keeps its slot: the watchdog renews it."""
+    sem = semaphores["web-short"]
+    lost = []
+
+    def on_lost(sender, **kwargs):
+        lost.append(kwargs)
+
+    signals.lease_lost.connect(on_lost)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            future = pool.submit(http.get, base + path)
+            holder = wait_until(lambda: sem.holders(), timeout=30, message="long view holding")[0]
+            checks = 0
+            while not future.done():
+                live = sem.holders()
+                if future.done():
+                    break
+                assert [h.token for h in live] == [holder.token]  # never lost, never re-acquired
+                checks += 1
+                time.sleep(0.1)
+            response = future.result()
+    finally:
+        signals.lease_lost.disconnect(on_lost)
+    assert response.status_code == 200
+    data = response.json()
+    assert data["leases"]["web-short"] == {"token": holder.token, "key": None, "lost": False}
+    assert data["refreshed_until"] - data["acquired"] > 2000  # renewed past 2 s after the grant
+    assert checks >= 5
+    assert lost == []
+    wait_until(lambda: sem.available() == 1, message="slot released")
+
+
+def test_long_view_keeps_its_slot_on_live_server(live_server, http):
+    long_view_keeps_slot(http, live_server.url, "/web/long/")
+
+
+def test_long_async_view_keeps_its_slot_on_uvicorn(uvicorn, http):
+    server = uvicorn()
+    long_view_keeps_slot(http, server.url, "/web/along/")
+
+
+# -- partitions over real sockets ---------------------------------------------------------------------
+
+
+def test_ip_partition_over_http_ignores_x_forwarded_for(live_server, http):
+    held = semaphores["web-ip"].acquire(key="127.0.0.1")
+    response = http.get(f"{live_server.url}/web/ip/", headers={"X-Forwarded-For": "10.9.8.7"})
+    assert response.status_code == 429  # still keyed by the real peer address
+    held.release()
+    response = http.get(f"{live_server.url}/web/ip/", headers={"X-Forwarded-For": "10.9.8.7"})
+    assert response.json()["leases"]["web-ip"]["key"] == "127.0.0.1"
+
+
+# -- Redis down ------------------------------------------------------------------------------------------
+
+
+def closed_port_url():
+    return f"redis://127.0.0.1:{free_port()}/0"
+
+
+def test_fail_closed_on_uvicorn(uvicorn, http):
+    server = uvicorn(WEB_SEMAPHORE_REDIS_URL=closed_port_url())
+    started = time.monotonic()
+    response = http.get(f"{server.url}/web/aslow/?sleep=0", headers={"Accept": "application/json"})
+    assert response.status_code == 503
+    assert int(response.headers["Retry-After"]) >= 1
+    assert response.json()["error"] == "semaphore_unavailable"
+    assert time.monotonic() - started < 10
+    assert "answered 503" in server.stop()  # the one log line
+
+
+def test_fail_open_on_uvicorn(uvicorn, http):
+    server = uvicorn(WEB_SEMAPHORE_REDIS_URL=closed_port_url(), WEB_FAIL_OPEN="1")
+    response = http.get(f"{server.url}/web/aslow/?sleep=0")
+    assert response.status_code == 200
+    assert response.json()["leases"] == {}
+    assert "UNGUARDED" in server.stop()
+
+
+def test_fail_closed_on_live_server(live_server, http, settings):
+    settings.SEMAPHORE_REDIS = {"URL": closed_port_url()}
+    response = http.get(f"{live_server.url}/web/slow/?sleep=0")
+    assert response.status_code == 503
+    assert "Retry-After" in response.headers
+    assert b"temporarily unavailable" in response.content
+
+
+def test_servers_do_not_leak_threads_per_request(live_server, http):
+    # one watchdog thread for the process, however many guarded requests ran
+    for _ in range(3):
+        assert http.get(f"{live_server.url}/web/slow/?sleep=0").status_code == 200
+    names = [t.name for t in threading.enumerate()]
+    assert names.count("django-semaphore-watchdog") <= 1
+
+
+def test_uvicorn_env_is_isolated(subprocess_env, key_prefix):
+    assert subprocess_env["SEMAPHORE_KEY_PREFIX"] == key_prefix
+    assert os.environ.get("REDIS_URL") == subprocess_env["REDIS_URL"]
