@@ -1,0 +1,240 @@
+"""System checks: each bad setting is reported with its id and a hint, and
+``ImproperlyConfigured`` carries the same words when it is used anyway."""
+
+import math
+import time
+
+import pytest
+from django.core.checks import Error, Warning, run_checks
+from django.core.exceptions import ImproperlyConfigured
+
+from django_semaphore import Semaphore, semaphores
+from django_semaphore.testing.server import free_port
+
+GOOD = {"LIMIT": 2, "TIMEOUT": 5}
+
+
+def ours(**kwargs):
+    return [m for m in run_checks(**kwargs) if (m.id or "").startswith("django_semaphore.")]
+
+
+def entry(**options):
+    return {"SEMAPHORES": {"bad": {**GOOD, **options}}}
+
+
+ENTRY_CASES = [
+    ("E002", {"SEMAPHORES": {"bad": 5}}),
+    ("E002", {"SEMAPHORES": {"bad": [("LIMIT", 2)]}}),
+    ("E003", entry(LIMIT=0)),
+    ("E003", entry(LIMIT=-1)),
+    ("E003", entry(LIMIT="2")),
+    ("E003", entry(LIMIT=True)),
+    ("E003", entry(LIMIT=1.5)),
+    ("E003", {"SEMAPHORES": {"bad": {"TIMEOUT": 5}}}),
+    ("E004", entry(TIMEOUT=0)),
+    ("E004", entry(TIMEOUT=-5)),
+    ("E004", entry(TIMEOUT="60")),
+    ("E004", entry(TIMEOUT=math.nan)),
+    ("E004", entry(TIMEOUT=None)),
+    ("E005", entry(WAIT=-1)),
+    ("E005", entry(WAIT="1")),
+    ("E006", entry(KEY="nope")),
+    ("E006", entry(KEY=5)),
+    ("E006", entry(KEY="header:")),
+    ("E007", entry(KEY="no_such_module.key_func")),
+    ("E007", entry(KEY="django_semaphore.conf.DEFAULTS")),
+    ("E008", entry(ALGORITHM="redlock")),
+    ("E008", entry(ALGORITHM=None)),
+    ("E009", entry(AUTO_REFRESH="yes")),
+    ("E010", entry(PATHS="^/api/")),
+    ("E010", entry(PATHS=["("])),
+    ("E011", entry(LIMT=3)),
+    ("E012", entry(URL_NAMES="reports:export")),
+    ("E012", entry(URL_NAMES=[""])),
+    ("E013", entry(METHODS="POST")),
+    ("E013", entry(METHODS=["FETCH"])),
+]
+GLOBAL_CASES = [
+    ("E001", {"SEMAPHORES": ["reports"]}),
+    ("E002", {"SEMAPHORES": {"": GOOD}}),
+    ("E002", {"SEMAPHORES": {1: GOOD}}),
+    ("E014", {"SEMAPHORE_KEY_PREFIX": ""}),
+    ("E014", {"SEMAPHORE_KEY_PREFIX": "a{b}"}),
+    ("E014", {"SEMAPHORE_KEY_PREFIX": "has space"}),
+    ("E014", {"SEMAPHORE_KEY_PREFIX": "glob*"}),
+    ("E014", {"SEMAPHORE_KEY_PREFIX": "x" * 65}),
+    ("E014", {"SEMAPHORE_KEY_PREFIX": 5}),
+    ("E015", {"SEMAPHORE_FAIL_OPEN": "no"}),
+    ("E016", {"SEMAPHORE_REJECT_VIEW": "no_such_module.view"}),
+    ("E016", {"SEMAPHORE_REJECT_VIEW": "django_semaphore.conf.DEFAULTS"}),
+    ("E017", {"SEMAPHORE_REDIS": "nocache"}),
+    ("E017", {"SEMAPHORE_REDIS": 42}),
+    ("E017", {"SEMAPHORE_REDIS": {"URL": "http://localhost:6379"}}),
+    ("E017", {"SEMAPHORE_REDIS": {"URL": "redis://localhost", "CLUSTER": "yes"}}),
+    ("E017", {"SEMAPHORE_REDIS": {"URL": "redis://localhost", "PORT": 1}}),
+    (
+        "E017",
+        {
+            "SEMAPHORE_REDIS": "locmem",
+            "CACHES": {
+                "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+                "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+            },
+        },
+    ),
+]
+
+
+def _apply(settings, overrides):
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+
+
+def _case_id(case):
+    return case[0]
+
+
+def test_the_test_settings_are_clean():
+    assert ours() == []
+
+
+@pytest.mark.parametrize("case", ENTRY_CASES + GLOBAL_CASES, ids=_case_id)
+def test_each_bad_setting_is_reported(settings, case):
+    check_id, overrides = case
+    _apply(settings, overrides)
+    messages = ours()
+    assert [m.id for m in messages] == [f"django_semaphore.{check_id}"]
+    (message,) = messages
+    assert isinstance(message, Error)
+    assert message.hint and message.msg
+    assert "SEMAPHORE" in message.msg  # names the setting to fix
+
+
+@pytest.mark.parametrize("case", ENTRY_CASES, ids=_case_id)
+def test_using_a_bad_entry_raises_with_the_same_words(settings, case):
+    _, overrides = case
+    _apply(settings, overrides)
+    (message,) = ours()
+    for use in (lambda: semaphores["bad"], lambda: Semaphore("bad").acquire()):
+        with pytest.raises(ImproperlyConfigured) as info:
+            use()
+        assert message.msg in str(info.value)
+        assert message.hint in str(info.value)
+        assert message.id in str(info.value)
+
+
+@pytest.mark.parametrize("case", [c for c in GLOBAL_CASES if c[0] in ("E014", "E017")], ids=_case_id)
+def test_using_a_bad_connection_setting_raises_with_the_same_words(settings, case):
+    _, overrides = case
+    _apply(settings, overrides)
+    (message,) = ours()
+    with pytest.raises(ImproperlyConfigured) as info:
+        Semaphore("adhoc", limit=1).acquire()
+    assert message.msg in str(info.value) and message.hint in str(info.value)
+
+
+def test_unknown_semaphore_raises_improperly_configured():
+    with pytest.raises(ImproperlyConfigured, match="unknown.*reports"):
+        semaphores["unknown"]
+    with pytest.raises(ImproperlyConfigured):
+        Semaphore("unknown").acquire()
+    assert "reports" in semaphores and "unknown" not in semaphores
+    assert list(semaphores) == ["reports"]
+
+
+@pytest.mark.parametrize("algorithm", ["basic", "fair"])
+def test_over_admitting_algorithms_get_a_warning(settings, algorithm):
+    settings.SEMAPHORES = {"loose": {"LIMIT": 2, "ALGORITHM": algorithm}}
+    (message,) = ours()
+    assert isinstance(message, Warning)
+    assert message.id == "django_semaphore.W001"
+    assert algorithm in message.msg and "lua" in message.hint
+    # A warning does not stop the semaphore from working.
+    assert semaphores["loose"].acquire() is not None
+
+
+@pytest.mark.parametrize("algorithm", ["lua", "fair_locked"])
+def test_correct_algorithms_get_no_warning(settings, algorithm):
+    settings.SEMAPHORES = {"tight": {"LIMIT": 2, "ALGORITHM": algorithm}}
+    assert ours() == []
+
+
+def test_several_problems_are_all_reported(settings):
+    settings.SEMAPHORES = {
+        "a": {"LIMIT": 0, "TIMEOUT": -1},
+        "b": {"LIMIT": 1, "ALGORITHM": "basic"},
+        "c": {"LIMIT": 1},
+    }
+    settings.SEMAPHORE_FAIL_OPEN = 1
+    ids = sorted(m.id for m in ours())
+    assert ids == [
+        "django_semaphore.E003",
+        "django_semaphore.E004",
+        "django_semaphore.E015",
+        "django_semaphore.W001",
+    ]
+    assert semaphores["c"].acquire() is not None  # good entries keep working
+
+
+def test_callable_and_dotted_keys_are_accepted(settings):
+    settings.SEMAPHORES = {
+        "a": {"LIMIT": 1, "KEY": lambda request: "k"},
+        "b": {"LIMIT": 1, "KEY": "django_semaphore.partitions.by_ip"},
+        "c": {"LIMIT": 1, "KEY": "header:X-Api-Key"},
+        "d": {"LIMIT": 1, "KEY": "user"},
+    }
+    assert ours() == []
+
+
+# -- settings are read lazily ---------------------------------------------------------
+
+
+def test_settings_changes_take_effect_at_the_next_call(settings):
+    sem = semaphores["reports"]
+    settings.SEMAPHORES = {"reports": {"LIMIT": 1, "TIMEOUT": 7}}
+    assert (sem.limit, sem.timeout) == (1, 7)
+    held = sem.acquire()
+    assert sem.acquire() is None
+    settings.SEMAPHORES = {"reports": {"LIMIT": 2, "TIMEOUT": 7}}
+    assert sem.acquire() is not None  # the same object, the new LIMIT
+    settings.SEMAPHORES = {"reports": {"LIMIT": 0}}
+    with pytest.raises(ImproperlyConfigured, match="LIMIT"):
+        sem.acquire()
+    settings.SEMAPHORES = {"reports": {"LIMIT": 2}}
+    assert held.release() is True
+
+
+def test_prefix_changes_take_effect_at_the_next_call(settings):
+    sem = Semaphore("moving", limit=1)
+    before = sem.partition().base
+    settings.SEMAPHORE_KEY_PREFIX = settings.SEMAPHORE_KEY_PREFIX + "-other"
+    after = sem.partition().base
+    assert before != after and after.startswith(settings.SEMAPHORE_KEY_PREFIX + ":")
+
+
+# -- no Redis in checks, except deploy checks -----------------------------------------------
+
+
+def test_checks_do_not_talk_to_redis(settings):
+    settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{free_port()}/0"}
+    started = time.monotonic()
+    assert ours() == []
+    assert time.monotonic() - started < 5
+
+
+def test_deploy_check_reports_an_unreachable_redis(settings):
+    port = free_port()
+    settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{port}/0"}
+    ids = [m.id for m in ours(include_deployment_checks=True)]
+    assert "django_semaphore.W003" in ids
+
+
+def test_deploy_check_wants_socket_timeouts_on_the_alias(settings, redis_url):
+    settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}}
+    messages = ours(include_deployment_checks=True)
+    assert [m.id for m in messages] == ["django_semaphore.W002"]
+    assert "SOCKET_CONNECT_TIMEOUT" in messages[0].hint
+
+
+def test_deploy_checks_pass_with_the_test_settings():
+    assert ours(include_deployment_checks=True) == []
