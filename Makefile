@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install test lint demo clean
+.PHONY: install test lint typecheck matrix demo clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,11 +21,19 @@ lint: $(STAMP)
 	$(BIN)/ruff check django_semaphore tests testproject conftest.py
 	$(BIN)/ruff format --check django_semaphore tests testproject conftest.py
 
-test: $(STAMP) lint
+test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# mypy --strict with django-stubs; the files checked are [tool.mypy] files in pyproject.toml.
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+# The suite on Django 4.2, 5.2 and the newest installable (noxfile.py), one .nox/ venv each.
+matrix: $(STAMP)
+	$(BIN)/nox -f noxfile.py $(NOX_ARGS) -- $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python testproject/manage.py demo --addrport $(HOST):$(PORT)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info testproject/db.sqlite3 tests/*.sqlite3
+	rm -rf $(VENV) .nox .mypy_cache build dist *.egg-info testproject/db.sqlite3 tests/*.sqlite3

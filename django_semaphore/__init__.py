@@ -19,10 +19,16 @@ __all__ = [
     "semaphores",
 ]
 
+from typing import TYPE_CHECKING, Any
+
 from .exceptions import SemaphoreBackendError, SemaphoreError, SemaphoreFull
 
+if TYPE_CHECKING:  # what the lazy imports below give, for type checkers
+    from .core import Holder, Lease, Semaphore, semaphores
+    from .decorators import semaphore
 
-def __getattr__(name):
+
+def __getattr__(name: str) -> Any:
     # Imported on first use: the engine needs Django settings, and this
     # package must stay importable from settings.py and setup tools.
     if name in ("Semaphore", "Lease", "Holder", "semaphores"):

@@ -24,32 +24,41 @@
 | W003 | (deploy) Redis cannot be reached |
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
 
 from . import conf
 
 
-def _message(problem):
+def _message(problem: conf.Problem) -> checks.CheckMessage:
     cls = checks.Warning if problem.warning else checks.Error
     return cls(problem.msg, hint=problem.hint, id=problem.id)
 
 
 @checks.register("django_semaphore")
-def check_settings(app_configs=None, **kwargs):
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
     """Report every bad SEMAPHORE_* setting as an error or warning with a hint."""
     return [_message(problem) for problem in conf.all_problems()]
 
 
 @checks.register("django_semaphore", deploy=True)
-def check_redis(app_configs=None, **kwargs):
+def check_redis(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Deploy checks: socket timeouts on the alias, and Redis reachable."""
     if any(not p.warning for p in conf.all_problems()):
         return []
-    messages = []
+    messages: list[checks.CheckMessage] = []
     value = conf.setting("SEMAPHORE_REDIS")
     if isinstance(value, str):
-        options = settings.CACHES[value].get("OPTIONS", {})
+        caches: dict[str, Any] = settings.CACHES
+        options = caches[value].get("OPTIONS", {})
         if not options.get("SOCKET_CONNECT_TIMEOUT") or not options.get("SOCKET_TIMEOUT"):
             messages.append(
                 checks.Warning(

@@ -9,10 +9,14 @@ at the next call.  The same validation feeds the system checks
 raised when a bad setting is used anyway carry the same words.
 """
 
+from __future__ import annotations
+
 import functools
 import numbers
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -22,7 +26,10 @@ from django.utils.module_loading import import_string
 
 from . import partitions
 
-DEFAULTS = {
+#: A KEY, once resolved: the request to a partition value.
+KeyFunc = Callable[[Any], str]
+
+DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_REDIS": "default",
     "SEMAPHORE_KEY_PREFIX": "sema",
     "SEMAPHORE_FAIL_OPEN": False,
@@ -30,7 +37,7 @@ DEFAULTS = {
     "SEMAPHORES": {},
 }
 
-ENTRY_DEFAULTS = {
+ENTRY_DEFAULTS: dict[str, Any] = {
     "TIMEOUT": 60,
     "WAIT": 0,
     "KEY": None,
@@ -44,7 +51,7 @@ ENTRY_OPTIONS = frozenset(ENTRY_DEFAULTS) | {"LIMIT"}
 
 ALGORITHMS = ("lua", "fair_locked", "fair", "basic")
 OVER_ADMITTING = ("fair", "basic")
-NAMED_KEYS = {"ip": partitions.by_ip, "user": partitions.by_user}
+NAMED_KEYS: dict[str, KeyFunc] = {"ip": partitions.by_ip, "user": partitions.by_user}
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 MAX_PREFIX_LENGTH = 64
 _PREFIX_FORBIDDEN = re.compile(r"[{}\s*?\[\]\\]")
@@ -59,7 +66,7 @@ class Problem:
     hint: str
     warning: bool = False
 
-    def as_exception(self):
+    def as_exception(self) -> ImproperlyConfigured:
         return ImproperlyConfigured(f"{self.msg} HINT: {self.hint} ({self.id})")
 
 
@@ -71,33 +78,33 @@ class SemaphoreConfig:
     limit: int
     timeout: float = 60
     wait: float = 0
-    key: object = None  # None, or a callable (request) -> str
+    key: KeyFunc | None = None  # None, or a callable (request) -> str
     algorithm: str = "lua"
     auto_refresh: bool = True
-    paths: tuple = ()  # compiled regexes
-    url_names: frozenset = frozenset()
-    methods: frozenset | None = None
-    problems: tuple = field(default=(), compare=False, repr=False)
+    paths: tuple[re.Pattern[str], ...] = ()  # compiled regexes
+    url_names: frozenset[str] = frozenset()
+    methods: frozenset[str] | None = None
+    problems: tuple[Problem, ...] = field(default=(), compare=False, repr=False)
 
     @property
-    def timeout_ms(self):
+    def timeout_ms(self) -> int:
         return max(1, int(round(self.timeout * 1000)))
 
 
-def setting(name):
+def setting(name: str) -> Any:
     """The current value of a SEMAPHORE_* setting, or its default."""
     return getattr(settings, name, DEFAULTS[name])
 
 
-def _is_number(value):
+def _is_number(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _where(name):
+def _where(name: object) -> str:
     return f"SEMAPHORES[{name!r}]"
 
 
-def resolve_key(name, value):
+def resolve_key(name: object, value: object) -> tuple[KeyFunc | None, list[Problem]]:
     """Turn a KEY setting into a callable (or None); return (func, problems)."""
     where = _where(name)
     if value is None:
@@ -154,7 +161,7 @@ def resolve_key(name, value):
     return func, []
 
 
-def validate_entry(name, raw):
+def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, list[Problem]]:
     """Validate one SEMAPHORES entry; return (SemaphoreConfig or None, problems)."""
     where = _where(name)
     problems = []
@@ -298,6 +305,7 @@ def validate_entry(name, raw):
     errors = [p for p in problems if not p.warning]
     if errors:
         return None, problems
+    assert isinstance(name, str) and isinstance(limit, int)  # for mypy: checked above
     config = SemaphoreConfig(
         name=name,
         limit=limit,
@@ -314,7 +322,7 @@ def validate_entry(name, raw):
     return config, problems
 
 
-def validate_global():
+def validate_global() -> list[Problem]:
     """Problems with the SEMAPHORE_* settings other than SEMAPHORES entries."""
     problems = []
     prefix = setting("SEMAPHORE_KEY_PREFIX")
@@ -367,7 +375,7 @@ def validate_global():
     return problems
 
 
-def redis_setting_problems(value):
+def redis_setting_problems(value: object) -> list[Problem]:
     """Problems with SEMAPHORE_REDIS (no connection is attempted)."""
     if isinstance(value, str):
         caches = getattr(settings, "CACHES", {})
@@ -424,9 +432,10 @@ def redis_setting_problems(value):
 
 
 @functools.cache
-def _validated():
+def _validated() -> tuple[dict[str, SemaphoreConfig], dict[str | None, list[Problem]]]:
     """(configs by name, problems by name or None for global) for current settings."""
-    configs, problems = {}, {None: validate_global()}
+    configs: dict[str, SemaphoreConfig] = {}
+    problems: dict[str | None, list[Problem]] = {None: validate_global()}
     raw = setting("SEMAPHORES")
     if isinstance(raw, dict):
         for name, entry in raw.items():
@@ -437,19 +446,19 @@ def _validated():
     return configs, problems
 
 
-def all_problems():
+def all_problems() -> list[Problem]:
     """Every settings problem, global first, in settings order."""
     _, problems = _validated()
     return [p for group in problems.values() for p in group]
 
 
-def names():
+def names() -> list[str]:
     """Names of the configured semaphores, in settings order."""
     raw = setting("SEMAPHORES")
     return list(raw) if isinstance(raw, dict) else []
 
 
-def get_config(name):
+def get_config(name: str) -> SemaphoreConfig:
     """The validated config of semaphore ``name``; ImproperlyConfigured if unusable."""
     configs, problems = _validated()
     try:
@@ -468,7 +477,7 @@ def get_config(name):
 ENGINE_CHECKS = frozenset({"django_semaphore.E014", "django_semaphore.E017"})
 
 
-def check_global(ids=ENGINE_CHECKS):
+def check_global(ids: Iterable[str] = ENGINE_CHECKS) -> None:
     """Raise ImproperlyConfigured if a global setting among ``ids`` is unusable."""
     _, problems = _validated()
     for problem in problems[None]:
@@ -477,7 +486,7 @@ def check_global(ids=ENGINE_CHECKS):
 
 
 @receiver(setting_changed)
-def _clear_caches(*, setting, **kwargs):
+def _clear_caches(*, setting: str, **kwargs: Any) -> None:
     if setting in DEFAULTS or setting == "CACHES":
         _validated.cache_clear()
         from . import connection

@@ -1,5 +1,7 @@
 """Exceptions raised by django-semaphore."""
 
+from __future__ import annotations
+
 
 class SemaphoreError(Exception):
     """Base class of every error this app raises on purpose."""
@@ -13,7 +15,7 @@ class SemaphoreFull(SemaphoreError):
     the semaphore's name and ``key`` the partition value, if any.
     """
 
-    def __init__(self, name, retry_after=1, key=None):
+    def __init__(self, name: str, retry_after: int = 1, key: str | None = None) -> None:
         self.name = name
         self.retry_after = int(retry_after)
         self.key = key
@@ -27,6 +29,6 @@ class SemaphoreBackendError(SemaphoreError):
     cluster's nodes) so that the message says where to look.
     """
 
-    def __init__(self, message, server=None):
+    def __init__(self, message: str, server: str | None = None) -> None:
         self.server = server
         super().__init__(message)

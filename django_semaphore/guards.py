@@ -65,7 +65,7 @@ def current_lease(name: str | None = None) -> Lease | None:
         return None
     if name is not None:
         return held.get(name)
-    return next(reversed(held.values()))
+    return list(held.values())[-1]
 
 
 @contextlib.contextmanager

@@ -15,6 +15,8 @@ Every key of one semaphore partition looks like::
   digest can equal, so ``key=None`` and ``key=""`` are different partitions.
 """
 
+from __future__ import annotations
+
 import hashlib
 import re
 from dataclasses import dataclass
@@ -37,30 +39,30 @@ LOCK = "l"  # STRING the fair_locked variant's lock
 WAKE = "w:"  # LIST per waiter: a push here wakes it (suffix + identifier)
 
 
-def _digest(value, size):
+def _digest(value: object, size: int) -> str:
     data = value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
     return hashlib.blake2b(data, digest_size=size).hexdigest()
 
 
-def name_hash(name):
+def name_hash(name: str) -> str:
     """The hex digest identifying a semaphore name inside key hash tags."""
     return _digest(name, NAME_DIGEST_SIZE)
 
 
-def key_hash(key):
+def key_hash(key: object) -> str:
     """The hex digest identifying a partition value (``_`` for ``None``)."""
     if key is None:
         return UNPARTITIONED
     return _digest(key, KEY_DIGEST_SIZE)
 
 
-def slug(name):
+def slug(name: str) -> str:
     """A readable, key-safe, bounded rendering of a semaphore name."""
     text = _SLUG_UNSAFE.sub("_", str(name))[:SLUG_LENGTH]
     return text or "_"
 
 
-def glob_escape(text):
+def glob_escape(text: str) -> str:
     """Escape ``text`` for a Redis SCAN MATCH pattern."""
     return _GLOB_SPECIAL.sub(r"\\\1", text)
 
@@ -72,59 +74,59 @@ class PartitionKeys:
     base: str
 
     @classmethod
-    def build(cls, prefix, name, key=None):
+    def build(cls, prefix: str, name: str, key: object = None) -> PartitionKeys:
         return cls(f"{prefix}:{slug(name)}:{{{name_hash(name)}.{key_hash(key)}}}:")
 
     @property
-    def timeouts(self):
+    def timeouts(self) -> str:
         return self.base + TIMEOUTS
 
     @property
-    def owners(self):
+    def owners(self) -> str:
         return self.base + OWNERS
 
     @property
-    def holds(self):
+    def holds(self) -> str:
         return self.base + HOLDS
 
     @property
-    def queue(self):
+    def queue(self) -> str:
         return self.base + QUEUE
 
     @property
-    def queue_deadlines(self):
+    def queue_deadlines(self) -> str:
         return self.base + QUEUE_DEADLINES
 
     @property
-    def lock(self):
+    def lock(self) -> str:
         return self.base + LOCK
 
     @property
-    def wake_prefix(self):
+    def wake_prefix(self) -> str:
         return self.base + WAKE
 
-    def wake(self, identifier):
+    def wake(self, identifier: str) -> str:
         return self.base + WAKE + identifier
 
     @property
-    def main(self):
+    def main(self) -> tuple[str, str, str, str, str]:
         """Keys every script takes, in the order the scripts expect them."""
         return (self.timeouts, self.owners, self.holds, self.queue, self.queue_deadlines)
 
     @property
-    def partition_hash(self):
+    def partition_hash(self) -> str:
         """The ``name.key`` digests inside the hash tag."""
         return self.base[self.base.index("{") + 1 : self.base.index("}")]
 
 
-def timeouts_pattern(prefix, name=None):
+def timeouts_pattern(prefix: str, name: str | None = None) -> str:
     """SCAN MATCH pattern for the timeout ZSETs of one semaphore (or of all)."""
     if name is None:
         return f"{glob_escape(prefix)}:*:{{*}}:{TIMEOUTS}"
     return f"{glob_escape(prefix)}:{glob_escape(slug(name))}:{{{name_hash(name)}.*}}:{TIMEOUTS}"
 
 
-def partition_keys_from_timeouts(key):
+def partition_keys_from_timeouts(key: str | bytes) -> PartitionKeys:
     """PartitionKeys for a timeout ZSET key found by SCAN."""
     if isinstance(key, bytes):
         key = key.decode("utf-8", "surrogateescape")

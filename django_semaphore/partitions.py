@@ -4,8 +4,12 @@ Each function takes the request and returns a string; the string is hashed
 into the Redis key (see :mod:`django_semaphore.keys`), so any value is safe.
 """
 
+from __future__ import annotations
 
-def by_ip(request):
+from django.http import HttpRequest
+
+
+def by_ip(request: HttpRequest) -> str:
     """REMOTE_ADDR only: X-Forwarded-For is client-controlled and not trusted.
 
     Behind a proxy, set KEY to a callable of your own that reads the header
@@ -14,7 +18,7 @@ def by_ip(request):
     return request.META.get("REMOTE_ADDR") or ""
 
 
-def by_user(request):
+def by_user(request: HttpRequest) -> str:
     """The authenticated user's pk; anonymous requests are keyed by IP."""
     user = getattr(request, "user", None)
     if user is not None and getattr(user, "is_authenticated", False):
@@ -25,18 +29,18 @@ def by_user(request):
 class ByHeader:
     """The value of one request header; a missing header is its own partition."""
 
-    def __init__(self, header):
+    def __init__(self, header: str) -> None:
         self.header = header
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> str:
         value = request.headers.get(self.header)
         return "missing:" if value is None else "value:" + value
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"ByHeader({self.header!r})"
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, ByHeader) and other.header.lower() == self.header.lower()
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(("ByHeader", self.header.lower()))

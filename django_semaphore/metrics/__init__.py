@@ -246,9 +246,9 @@ def read_partitions(semaphores: list[Semaphore]) -> list[tuple[Semaphore, list[A
     try:
         for raw in connection.scan_iter(client, timeouts_pattern(conf.setting("SEMAPHORE_KEY_PREFIX"))):
             keys = partition_keys_from_timeouts(raw)
-            semaphore = by_hash.get(keys.partition_hash.split(".", 1)[0])
-            if semaphore is not None:
-                found[semaphore.name][keys.base] = keys
+            owner = by_hash.get(keys.partition_hash.split(".", 1)[0])
+            if owner is not None:
+                found[owner.name][keys.base] = keys
     except RedisError as exc:
         raise _backend_error(client, exc) from exc
     return [(s, [s.status(keys=keys) for keys in found[s.name].values()]) for s in semaphores]
