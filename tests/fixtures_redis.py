@@ -13,6 +13,7 @@ A test module runs every test on both topologies with one line,
 ``pytestmark = pytest.mark.usefixtures("backend")``, without copying a test.
 """
 
+import itertools
 import os
 
 import pytest
@@ -28,6 +29,7 @@ from django_semaphore.testing.server import (
 )
 
 BACKENDS = ("single", "cluster")
+_services = itertools.count(os.getpid() * 1000)
 
 
 def _need_binary():
@@ -95,9 +97,21 @@ def own_redis(settings):
         server.cleanup()
 
 
+def sentinel_service():
+    """A service name not used before in this process."""
+    return f"mymaster-{next(_services)}"
+
+
 @pytest.fixture
 def redis_sentinel():
-    """One primary, one replica and one sentinel watching them as "mymaster"."""
+    """One primary, one replica and one sentinel watching them as "mymaster-<n>".
+
+    The service name differs per test because django-redis keeps its
+    connection pools in a process-global dict keyed by URL
+    (``redis://<service>/0``): a reused name would reach the previous test's
+    sentinel.
+    """
     _need_binary()
-    with RedisSentinelServers(service="mymaster", replicas=1, sentinels=1) as servers:
+    service = sentinel_service()
+    with RedisSentinelServers(service=service, replicas=1, sentinels=1) as servers:
         yield servers

@@ -246,15 +246,21 @@ class RedisClusterServers:
 class RedisSentinelServers:
     """One primary, ``replicas`` replicas and ``sentinels`` sentinels on 127.0.0.1.
 
+    ``server_args`` go to every data node (e.g. ``--min-replicas-to-write 1``).
+
     The sentinels run ``redis-server <conf> --sentinel`` (the redis-sentinel
     program is the same binary), watching the primary as ``service``.
     """
 
-    def __init__(self, service="mymaster", replicas=1, sentinels=1, binary=None, down_after_ms=1000):
+    def __init__(
+        self, service="mymaster", replicas=1, sentinels=1, binary=None, down_after_ms=1000, server_args=()
+    ):
         self.service = service
-        self.primary = RedisServer(binary=binary)
+        self.primary = RedisServer(binary=binary, args=server_args)
         self.replicas = [
-            RedisServer(binary=binary, args=("--replicaof", "127.0.0.1", str(self.primary.port)))
+            RedisServer(
+                binary=binary, args=(*server_args, "--replicaof", "127.0.0.1", str(self.primary.port))
+            )
             for _ in range(replicas)
         ]
         self.binary = self.primary.binary
