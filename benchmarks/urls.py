@@ -1,0 +1,10 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("plain/", views.plain),
+    path("guarded/", views.guarded),
+    path("aplain/", views.aplain),
+    path("aguarded/", views.aguarded),
+]
