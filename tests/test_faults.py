@@ -1,0 +1,318 @@
+"""Faults real deployments meet, each with its outcome asserted.
+
+Restarts without persistence, SCRIPT FLUSH, CLIENT PAUSE with a client-side
+retry, holders that are SIGKILLed or SIGSTOPped past their lease.  Tests that
+restart or pause Redis use a redis-server of their own (``own_redis``).
+"""
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_semaphore import Semaphore, SemaphoreBackendError, connection, signals
+from django_semaphore.algorithms import ALGORITHMS, Granted, Lua
+from django_semaphore.scripting import execute, run
+
+from .helpers import wait_until
+
+
+@pytest.fixture
+def lost():
+    """Leases for which lease_lost was sent during the test."""
+    seen = []
+
+    def receiver(sender, lease, **kwargs):
+        seen.append(lease)
+
+    signals.lease_lost.connect(receiver, weak=False)
+    yield seen
+    signals.lease_lost.disconnect(receiver)
+
+
+# -- restart without persistence ------------------------------------------------
+
+
+def test_restart_without_persistence_during_traffic(own_redis, lost):
+    sem = Semaphore("restart", limit=3, timeout=30)
+    held = [sem.acquire(), sem.acquire()]
+    assert all(held)
+    tokens_before = max(lease.token for lease in held)
+
+    stop = threading.Event()
+    outcomes = {"granted": 0, "errors": 0}
+
+    def traffic():
+        while not stop.is_set():
+            try:
+                lease = sem.acquire()
+                if lease:
+                    outcomes["granted"] += 1
+                    lease.release()
+            except SemaphoreBackendError:
+                outcomes["errors"] += 1
+                time.sleep(0.01)
+
+    thread = threading.Thread(target=traffic, daemon=True)
+    thread.start()
+    wait_until(lambda: outcomes["granted"] >= 20, message="traffic before the restart")
+    own_redis.restart()
+    granted = outcomes["granted"]
+    wait_until(lambda: outcomes["granted"] >= granted + 20, message="traffic after the restart")
+    stop.set()
+    thread.join(10)
+
+    # The next call on the engine's own client succeeds (a stale pooled
+    # connection is retried once on a fresh one) and the scripts reload.
+    fresh = sem.acquire()
+    assert fresh is not None
+    assert fresh.token > tokens_before  # the counter re-seeds from server time
+    # The holders whose entries vanished learn it, once each.
+    assert held[0].refresh() is False
+    assert held[1].release() is False
+    assert {id(lease) for lease in lost} == {id(held[0]), id(held[1])}
+    assert held[0].release() is False  # a lost lease stays lost
+    assert [h.identifier for h in sem.holders()] == [fresh.identifier]
+    assert fresh.release() is True
+
+
+@pytest.mark.asyncio
+async def test_restart_without_persistence_async(own_redis, lost):
+    sem = Semaphore("arestart", limit=1, timeout=30)
+    lease = await sem.aacquire()
+    own_redis.restart()
+    fresh = None
+    deadline = time.monotonic() + 5
+    while fresh is None:
+        try:
+            fresh = await sem.aacquire()  # the slot is free again: the entry is gone
+        except SemaphoreBackendError:
+            if time.monotonic() > deadline:
+                raise
+    assert await lease.arefresh() is False
+    assert await lease.arelease() is False
+    assert lost == [lease]
+    assert await fresh.arelease() is True
+
+
+# -- SCRIPT FLUSH -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+def test_script_flush_between_calls(backend, backend_redis, algorithm):
+    def flush():
+        if backend == "cluster":
+            for node in backend_redis.get_primaries():
+                node.redis_connection.script_flush()
+        else:
+            backend_redis.script_flush()
+
+    sem = Semaphore("flush-" + algorithm, limit=1, timeout=10, algorithm=algorithm)
+    flush()
+    lease = sem.acquire()
+    flush()
+    assert sem.acquire() is None
+    flush()
+    assert lease.refresh() is True
+    flush()
+    assert len(sem.holders()) == 1
+    flush()
+    assert lease.release() is True
+    flush()
+    assert sem.purge_expired() == 0
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+@pytest.mark.asyncio
+async def test_script_flush_between_async_calls(backend, backend_redis, algorithm):
+    """On an asyncio cluster client, MULTI/EXEC pipes run as a script: flushed too."""
+
+    def flush():
+        if backend == "cluster":
+            for node in backend_redis.get_primaries():
+                node.redis_connection.script_flush()
+        else:
+            backend_redis.script_flush()
+
+    sem = Semaphore("aflush-" + algorithm, limit=1, timeout=10, algorithm=algorithm)
+    flush()
+    lease = await sem.aacquire()
+    flush()
+    assert await sem.aacquire() is None
+    flush()
+    assert await lease.arefresh() is True
+    flush()
+    assert await lease.arelease() is True
+
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+def test_script_flush_inside_a_multi_step_operation(backend, backend_redis, algorithm):
+    """SCRIPT FLUSH before every request of one operation (pipes, lock, unlock script)."""
+
+    def flush():
+        if backend == "cluster":
+            for node in backend_redis.get_primaries():
+                node.redis_connection.script_flush()
+        else:
+            backend_redis.script_flush()
+
+    sem = Semaphore("flush-op-" + algorithm, limit=1, timeout=10, algorithm=algorithm)
+    keys = sem.partition()
+    client = connection.get_client()
+    op = ALGORITHMS[algorithm].acquire(keys, 1, 10000, "flushed-id", "{}")
+    requests = 0
+    try:
+        request = next(op)
+        while True:
+            flush()
+            requests += 1
+            request = op.send(execute(client, request))
+    except StopIteration as done:
+        outcome = done.value
+    assert isinstance(outcome, Granted)
+    assert [h.identifier for h in sem.holders()] == ["flushed-id"]
+    assert requests >= 1
+
+
+# -- CLIENT PAUSE and a retried acquire ---------------------------------------
+
+
+def test_client_pause_retry_uses_one_slot(own_redis, settings):
+    """A timed-out acquire is retried by redis-py on a fresh connection; one slot is used."""
+    settings.SEMAPHORE_REDIS = {"URL": own_redis.url, "OPTIONS": {"socket_timeout": 0.4}}
+    sem = Semaphore("paused", limit=2, timeout=30)
+    warm = sem.acquire()  # load the scripts before the pause
+    assert warm.release()
+    admin = redis.Redis(port=own_redis.port)
+    admin.execute_command("CLIENT", "PAUSE", 700, "WRITE")
+    started = time.monotonic()
+    lease = sem.acquire()  # times out at 0.4 s, is sent again, both run after the pause
+    assert time.monotonic() - started >= 0.5
+    assert lease is not None
+    holders = sem.holders()
+    assert [h.identifier for h in holders] == [lease.identifier]
+    assert sem.available() == 1
+    assert lease.release() and sem.available() == 2
+    admin.close()
+
+
+def test_client_pause_manual_retry_same_identifier(own_redis):
+    """The acquire operation run twice with one identifier: the second returns the first grant."""
+    sem = Semaphore("paused-manual", limit=2, timeout=30)
+    keys = sem.partition()
+    client = connection.get_client()
+    run(client, Lua.acquire(keys, 2, 30000, "warm", "{}"))  # load the script
+    run(client, Lua.release(keys, 2, "warm"))
+    impatient = redis.Redis(port=own_redis.port, socket_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    admin = redis.Redis(port=own_redis.port)
+    admin.execute_command("CLIENT", "PAUSE", 600, "WRITE")
+    with pytest.raises(SemaphoreBackendError):
+        run(impatient, Lua.acquire(keys, 2, 30000, "retried", "{}"))
+    # The first attempt is still queued in Redis; the retry waits behind it.
+    second = run(client, Lua.acquire(keys, 2, 30000, "retried", "{}"))
+    third = run(client, Lua.acquire(keys, 2, 30000, "retried", "{}"))
+    assert isinstance(second, Granted) and second == third
+    assert [h.identifier for h in sem.holders()] == ["retried"]
+    assert sem.available() == 1
+    impatient.close()
+    admin.close()
+
+
+# -- holders killed or stopped -------------------------------------------------
+
+HOLDER = textwrap.dedent(
+    """
+    import json, sys, time
+    import django
+    django.setup()
+    from django_semaphore import Semaphore, signals
+    lost = []
+    signals.lease_lost.connect(lambda sender, lease, **kw: lost.append(lease.identifier), weak=False)
+    sem = Semaphore(sys.argv[1], limit=1, timeout=float(sys.argv[2]))
+    lease = sem.acquire()
+    print(json.dumps({"identifier": lease.identifier, "expires_ms": lease.expires_ms}), flush=True)
+    sys.stdin.readline()
+    refreshed = lease.refresh()
+    released = lease.release()
+    again = sem.holders()
+    print(json.dumps({"refresh": refreshed, "release": released, "lost": lost,
+                      "holders": [h.identifier for h in again]}), flush=True)
+    """
+)
+
+
+def _holder(env, name, timeout):
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, name, str(timeout)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = process.stdout.readline()
+    assert line, "the holder process did not start"
+    return process, json.loads(line)
+
+
+def _server_ms(client):
+    seconds, micros = client.time()
+    return seconds * 1000 + micros // 1000
+
+
+@pytest.mark.slow
+def test_sigkilled_holder_slot_free_within_timeout_plus_one(subprocess_env, raw_redis):
+    timeout = 2.0
+    sem = Semaphore("killed", limit=1, timeout=timeout)
+    process, held = _holder(subprocess_env, "killed", timeout)
+    try:
+        assert sem.acquire() is None
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+        killed = time.monotonic()
+        lease = wait_until(sem.acquire, timeout=timeout + 1.0, interval=0.01, message="slot recovery")
+        recovery = time.monotonic() - killed
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert recovery <= timeout + 1.0
+    assert lease.token > 0 and lease.identifier != held["identifier"]
+    print(f"SLOT RECOVERY after SIGKILL: {recovery:.3f}s (TIMEOUT {timeout}s)")
+    assert lease.release()
+
+
+@pytest.mark.slow
+def test_sigstopped_holder_learns_it_lost_the_slot(subprocess_env, raw_redis):
+    timeout = 1.0
+    sem = Semaphore("stopped", limit=1, timeout=timeout)
+    process, held = _holder(subprocess_env, "stopped", timeout)
+    try:
+        process.send_signal(signal.SIGSTOP)
+        successor = wait_until(sem.acquire, timeout=timeout + 2.0, interval=0.01, message="slot taken over")
+        assert _server_ms(raw_redis) > held["expires_ms"]
+        process.send_signal(signal.SIGCONT)
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        report = json.loads(process.stdout.readline())
+        process.wait(10)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait()
+    assert report == {
+        "refresh": False,
+        "release": False,
+        "lost": [held["identifier"]],
+        "holders": [successor.identifier],  # no silent re-acquire, the successor untouched
+    }
+    assert successor.refresh() is True
+    assert successor.release() is True
