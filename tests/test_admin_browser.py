@@ -1,0 +1,199 @@
+"""The admin pages in a real browser: Debian's Chromium via Playwright, on pytest-django's live_server."""
+
+import re
+
+import pytest
+from django.contrib.auth.models import Permission, User
+
+from django_semaphore import semaphores
+from django_semaphore.admin import SemaphoreAdmin
+from tests.browser import chromium, new_page, screenshot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+LIST_PATH = "/admin/django_semaphore/semaphore/"
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as browser:
+        yield browser
+
+
+@pytest.fixture(autouse=True)
+def configured(settings):
+    settings.SEMAPHORES = {
+        "reports": {"LIMIT": 3, "TIMEOUT": 60},
+        "per-user": {"LIMIT": 1, "TIMEOUT": 60, "KEY": "user"},
+        "api": {"LIMIT": 5, "TIMEOUT": 60, "PATHS": [r"^/api/"]},
+    }
+
+
+def _user(username, *perms, superuser=False):
+    if superuser:
+        return User.objects.create_superuser(username, password=PASSWORD)
+    user = User.objects.create_user(username, password=PASSWORD, is_staff=True)
+    for codename in perms:
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return user
+
+
+def _login(page, live_server, username, next_path="/admin/"):
+    page.goto(f"{live_server.url}/admin/login/?next={next_path}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+
+
+@pytest.fixture
+def holders():
+    """Holders as the web layer records them: three on "reports", one per-user partition."""
+    reports = semaphores["reports"]
+    leases = [
+        reports.acquire(
+            meta={"user": "alice", "method": "GET", "path": "/reports/q3/", "remote_addr": "10.0.0.11"}
+        ),
+        reports.acquire(
+            meta={"user": "bob", "method": "POST", "path": "/reports/export/", "remote_addr": "10.0.0.12"}
+        ),
+        reports.acquire(
+            meta={"user": "carol", "method": "GET", "path": "/reports/q4/", "remote_addr": "10.0.0.13"}
+        ),
+        semaphores["per-user"].acquire(
+            key="user:42", meta={"user": "dave", "method": "GET", "path": "/me/", "remote_addr": "10.0.0.14"}
+        ),
+    ]
+    assert all(leases)
+    yield leases
+    for lease in leases:
+        lease.release()
+
+
+def test_login_find_semaphores_see_holders_and_force_release(browser, live_server, holders):
+    from playwright.sync_api import expect
+
+    _user("admin", superuser=True)
+    alice, bob, carol, dave = holders
+    with new_page(browser) as page:
+        _login(page, live_server, "admin")
+        expect(page).to_have_url(f"{live_server.url}/admin/")
+        page.locator("tr.model-semaphore").get_by_role("link", name="Semaphores", exact=True).click()
+        expect(page).to_have_url(f"{live_server.url}{LIST_PATH}")
+
+        reports_row = page.locator('tbody[data-semaphore="reports"] tr').first
+        expect(reports_row.locator(".field-in_use")).to_have_text("3")
+        expect(reports_row.locator(".field-free")).to_have_text("0")
+        expect(reports_row.locator(".sema-pct")).to_have_text("100%")
+        per_user = page.locator('tbody[data-semaphore="per-user"]')
+        expect(per_user.locator(".field-partition")).to_have_text("user:42")
+        screenshot(page, "admin-semaphores.png")
+
+        page.get_by_role("link", name="reports", exact=True).click()
+        expect(page).to_have_url(f"{live_server.url}{LIST_PATH}reports/")
+        rows = page.locator("tr.sema-holder")
+        expect(rows).to_have_count(3)
+        # Token order, with the web layer's meta and the engine's host and pid.
+        expect(rows.locator(".field-token")).to_have_text(
+            [str(alice.token), str(bob.token), str(carol.token)]
+        )
+        expect(rows.locator(".field-user")).to_have_text(["alice", "bob", "carol"])
+        expect(rows.nth(1).locator(".field-method")).to_have_text("POST")
+        expect(rows.nth(1).locator(".field-path")).to_have_text("/reports/export/")
+        expect(rows.nth(1).locator(".field-remote_addr")).to_have_text("10.0.0.12")
+        expect(rows.nth(1).locator(".field-host")).to_have_text(bob_host(bob))
+        expect(rows.nth(1).locator(".field-pid")).to_have_text(re.compile(r"^\d+$"))
+        expect(rows.nth(1).locator(".field-expires_in")).to_have_text(re.compile(r"^\d+ s$"))
+        for lease in holders:
+            assert lease.identifier not in page.content()
+        screenshot(page, "admin-holders.png")
+
+        rows.filter(has_text="bob").get_by_role("button", name="Force release").click()
+        expect(page.locator(".messagelist")).to_contain_text(f"Released token {bob.token}")
+        expect(rows).to_have_count(2)
+        expect(rows.locator(".field-user")).to_have_text(["alice", "carol"])
+        assert [h.token for h in semaphores["reports"].holders()] == [alice.token, carol.token]
+        assert bob.refresh() is False
+
+        # The admin's history knows who did it.
+        page.goto(f"{live_server.url}/admin/")
+        expect(page.locator("#recent-actions-module")).to_contain_text("reports")
+
+
+def bob_host(lease):
+    return semaphores["reports"].holders()[1].meta["host"]
+
+
+def test_figures_refresh_without_a_reload(browser, live_server, holders, monkeypatch):
+    from playwright.sync_api import expect
+
+    monkeypatch.setattr(SemaphoreAdmin, "refresh_interval", 1)  # seconds; the default is 3
+    _user("admin", superuser=True)
+    with new_page(browser) as page:
+        _login(page, live_server, "admin", LIST_PATH + "reports/")
+        rows = page.locator("tr.sema-holder")
+        expect(rows).to_have_count(3)
+        page.evaluate("window.notReloaded = true")
+
+        holders[0].release()
+        expect(rows).to_have_count(2)
+        expect(page.locator(".sema-figures")).to_contain_text("2 of 3 in use")
+        newcomer = semaphores["reports"].acquire(meta={"user": "erin", "method": "GET", "path": "/x/"})
+        try:
+            expect(rows.last.locator(".field-user")).to_have_text("erin")
+            expect(rows.last.locator(".field-token")).to_have_text(str(newcomer.token))
+        finally:
+            newcomer.release()
+        assert page.evaluate("window.notReloaded") is True
+
+        page.goto(live_server.url + LIST_PATH)
+        cell = page.locator('tbody[data-semaphore="reports"] .field-in_use')
+        expect(cell).to_have_text("2")
+        page.evaluate("window.notReloaded = true")
+        holders[1].release()
+        expect(cell).to_have_text("1")
+        assert page.evaluate("window.notReloaded") is True
+
+
+def test_view_only_user_sees_holders_but_no_buttons_or_identifiers(browser, live_server, holders):
+    from playwright.sync_api import expect
+
+    _user("viewer", "view_semaphore")
+    with new_page(browser) as page:
+        _login(page, live_server, "viewer")
+        page.locator("tr.model-semaphore").get_by_role("link", name="Semaphores", exact=True).click()
+        page.get_by_role("link", name="reports", exact=True).click()
+        expect(page.locator("tr.sema-holder .field-user")).to_have_text(["alice", "bob", "carol"])
+        expect(page.locator("#content-main").get_by_role("button")).to_have_count(0)
+        html = page.content()
+        for lease in holders:
+            assert lease.identifier not in html
+        status = page.request.get(f"{live_server.url}{LIST_PATH}reports/status.json")
+        assert status.ok and all(lease.identifier not in status.text() for lease in holders)
+
+
+def test_staff_without_view_permission(browser, live_server, holders):
+    from playwright.sync_api import expect
+
+    _user("staff")
+    with new_page(browser) as page:
+        _login(page, live_server, "staff")
+        expect(page).to_have_url(f"{live_server.url}/admin/")
+        expect(page.locator("tr.model-semaphore")).to_have_count(0)
+        expect(page.locator("#content-main")).to_contain_text("You don’t have permission")
+        response = page.goto(live_server.url + LIST_PATH)
+        assert response.status == 403
+        response = page.goto(f"{live_server.url}{LIST_PATH}reports/")
+        assert response.status == 403
+        assert all(lease.identifier not in page.content() for lease in holders)
+
+
+def test_anonymous_is_sent_to_the_login_page(browser, live_server):
+    from playwright.sync_api import expect
+
+    with new_page(browser) as page:
+        page.goto(f"{live_server.url}{LIST_PATH}reports/")
+        expect(page).to_have_url(
+            re.compile(r"/admin/login/\?next=/admin/django_semaphore/semaphore/reports/$")
+        )
+        expect(page.locator("#id_username")).to_be_visible()
