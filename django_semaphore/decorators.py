@@ -12,7 +12,6 @@
     class ExportView(View): ...
 """
 
-import asyncio
 import functools
 import inspect
 
@@ -21,12 +20,18 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from . import web
 
 
-def _in_event_loop():
+def _is_async_dispatch(view):
+    """True for ``dispatch`` of an async class-based view, as method_decorator passes it.
+
+    method_decorator hands the decorator ``partial(bound dispatch)``; an async
+    View's sync ``dispatch()`` returns the handler's coroutine, which Django
+    awaits, so the guard must be the async one.
+    """
+    owner = getattr(getattr(view, "func", None), "__self__", None)
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
+        return bool(getattr(owner, "view_is_async", False))
+    except Exception:  # ImproperlyConfigured for a mix of sync and async handlers
         return False
-    return True
 
 
 def _guarded(view, needs, request, args, kwargs):
@@ -98,10 +103,7 @@ def semaphore(name, *, key=None, wait=None):
         else:
 
             def wrapper(request, *args, **kwargs):
-                if _in_event_loop():
-                    # An async class-based view: method_decorator wraps its sync
-                    # dispatch(), which returns the handler's coroutine; Django
-                    # awaits what we return, so guard it the async way.
+                if _is_async_dispatch(view):
                     return _aguarded(view, needs, request, args, kwargs)
                 return _guarded(view, needs, request, args, kwargs)
 

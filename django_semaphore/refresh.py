@@ -135,26 +135,31 @@ class Watchdog:
         lease = watch.lease
         again = None
         with watch.lock:
-            if not watch.active or lease.released:
-                return
-            try:
-                if lease.refresh():
-                    again = time.monotonic() + interval(lease)
-                elif lease.lost:
-                    _log_lost(lease)
-            except SemaphoreBackendError as exc:
-                _log_failed(lease, exc)
-                if time.time() * 1000 < lease.expires_ms:
-                    again = time.monotonic() + min(RETRY_AFTER_ERROR, interval(lease))
-            except Exception:  # never let the thread die: other leases depend on it
-                logger.exception("Unexpected error renewing the lease on semaphore %r", lease.name)
-                again = time.monotonic() + interval(lease)
+            if watch.active and not lease.released:
+                again = self._refresh(lease)
         with self._cond:
-            if again is not None and watch in self._watches:
+            if again is not None and watch.active and watch in self._watches:
                 watch.due = again
                 heapq.heappush(self._heap, (again, next(self._count), watch))
             else:
                 self._watches.discard(watch)
+
+    @staticmethod
+    def _refresh(lease):
+        """Renew ``lease``; the monotonic time of its next renewal, or None to drop it."""
+        try:
+            if lease.refresh():
+                return time.monotonic() + interval(lease)
+            if lease.lost:
+                _log_lost(lease)
+        except SemaphoreBackendError as exc:
+            _log_failed(lease, exc)
+            if time.time() * 1000 < lease.expires_ms:
+                return time.monotonic() + min(RETRY_AFTER_ERROR, interval(lease))
+        except Exception:  # never let the thread die: other leases depend on it
+            logger.exception("Unexpected error renewing the lease on semaphore %r", lease.name)
+            return time.monotonic() + interval(lease)
+        return None
 
     def _after_fork_in_child(self):
         # The parent's leases belong to the parent: forget them, and the thread
@@ -245,6 +250,14 @@ class AsyncWatch:
                         del pending[lease]
                 finally:
                     self._idle.set()
+
+    def abandon(self):
+        """Stop renewing without locks or waiting (safe from a garbage-collection finalizer)."""
+        self._stopped = True
+        try:
+            self._loop.call_soon_threadsafe(self._wake.set)
+        except RuntimeError:
+            pass
 
     def _signal(self):
         with self._lock:

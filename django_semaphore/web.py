@@ -14,6 +14,7 @@ The sync and async paths share every decision here; only the Redis calls differ.
 """
 
 import logging
+import weakref
 from dataclasses import dataclass
 
 from asgiref.sync import iscoroutinefunction
@@ -321,12 +322,30 @@ class Guard:
 
     # -- the response ------------------------------------------------------------------
 
+    def abandon(self):
+        """Stop renewing without touching Redis or waiting (the response was dropped unclosed)."""
+        for watch in self.watches:
+            watch.active = False
+        if self.async_watch is not None:
+            self.async_watch.abandon()
+
     def hold_until_closed(self, response):
-        """Release when ``response`` is closed: after the last byte, streams included."""
+        """Release when ``response`` is closed: after the last byte, streams included.
+
+        A response dropped without being closed (a view called directly in a
+        test, a server that never calls close()) stops the renewals when it is
+        garbage-collected, so its slots expire after TIMEOUT instead of being
+        renewed for the life of the process.
+        """
         if not self.leases:
             self.closed = True
             return response
-        response._resource_closers.append(self.release)
+        closers = getattr(response, "_resource_closers", None)
+        if closers is None:  # not an HttpResponse: Django will refuse it anyway
+            self.release()
+            return response
+        closers.append(self.release)
+        weakref.finalize(response, self.abandon)
         return response
 
 
