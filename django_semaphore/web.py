@@ -124,8 +124,14 @@ async def load_user_async(request):
     user = getattr(request, "user", None)
     if user is None:
         return None
-    if getattr(user, "_wrapped", None) is empty and hasattr(request, "auser"):
-        user = await request.auser()
+    if getattr(user, "_wrapped", None) is empty:
+        if hasattr(request, "auser"):
+            user = await request.auser()
+        else:  # Django < 5.0 has no request.auser()
+            from asgiref.sync import sync_to_async
+
+            user = await sync_to_async(_sync_user)(request)
+            user = getattr(user, "_wrapped", user)
         request.user = user
     return user
 

@@ -188,7 +188,11 @@ def test_no_deadlock_between_requests_needing_the_same_pair(live_server, http, r
 
 
 def fifo(http, raw_redis, url, label):
-    """5 waiters arriving 150 ms apart behind a held slot: served in arrival order."""
+    """5 waiters arriving 150 ms apart behind a held slot: served in arrival order.
+
+    ``url`` is a URL or a list of 5 (one per waiter, e.g. on different servers).
+    """
+    urls = url if isinstance(url, list) else [url] * 5
     sem = semaphores["web-queue"]
     held = sem.acquire()
     pool = concurrent.futures.ThreadPoolExecutor(5)
@@ -196,7 +200,7 @@ def fifo(http, raw_redis, url, label):
         futures = []
         for i in range(5):
             started = time.monotonic()
-            futures.append(pool.submit(http.get, f"{url}?sleep=0.02&id={i}"))
+            futures.append(pool.submit(http.get, f"{urls[i]}?sleep=0.02&id={i}&label={label}"))
             # the waiter is in the queue (an event, not a guess) ...
             wait_until(lambda n=i + 1: sem.status().waiting >= n, timeout=30, message=f"waiter {i} queued")
             # ... and the next one arrives 150 ms after this one
@@ -236,6 +240,25 @@ def grants():
 def percentile(values, fraction):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(fraction * (len(values) - 1))))]
+
+
+def test_waiters_served_in_arrival_order_across_processes(live_server, uvicorn, http, raw_redis):
+    server = uvicorn()
+    urls = [f"{live_server.url}/web/queue/", f"{server.url}/web/aqueue/"] * 3
+    fifo(http, raw_redis, urls[:5], "mixed")
+
+
+def test_waiter_woken_when_a_lease_expires(live_server, http):
+    """A holder that never releases: the waiter gets the slot when the lease expires."""
+    sem = semaphores["web-queue"]
+    abandoned = sem.acquire()  # TIMEOUT 5 s, never released nor refreshed
+    started = time.monotonic()
+    response = http.get(f"{live_server.url}/web/queue/?sleep=0")
+    waited = time.monotonic() - started
+    assert response.status_code == 200
+    assert response.json()["leases"]["web-queue"]["token"] > abandoned.token
+    assert 3 < waited < 30  # about TIMEOUT: woken by the expiry, not by a release
+    assert abandoned.release() is False
 
 
 def test_wake_up_latency_over_http(live_server, http, raw_redis, grants, capsys):

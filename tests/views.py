@@ -74,6 +74,7 @@ def gate_key(label):
 
 
 def _probe_sync(request, label):
+    label = request.GET.get("label", label)
     enter(label, request.GET.get("id", ""))
     try:
         if "gate" in request.GET:
@@ -86,6 +87,7 @@ def _probe_sync(request, label):
 
 
 async def _probe_async(request, label):
+    label = request.GET.get("label", label)
     client = redis.asyncio.Redis.from_url(settings.REDIS_URL)
     try:
         await aenter(client, label, request.GET.get("id", ""))
