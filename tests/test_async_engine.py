@@ -136,7 +136,7 @@ async def test_async_wait_times_out_without_blocking_the_loop():
 
     task = asyncio.create_task(ticker())
     try:
-        assert await sem.aacquire(wait=0.3) is None
+        assert await sem.aacquire(wait=0.5) is None
     finally:
         task.cancel()
-    assert ticks >= 5  # the loop kept running while we waited
+    assert ticks >= 3  # the loop kept running while we waited

@@ -122,11 +122,16 @@ def test_long_name_keys_stay_readable_and_bounded():
 # -- TTLs ---------------------------------------------------------------------
 
 
-def _assert_fresh_ttl(raw_redis, names, timeout_ms, elapsed_ms):
-    """API: at least TIMEOUT + 1 s right after a write; gone within 2 x TIMEOUT + 10 s."""
+def _assert_fresh_ttl(raw_redis, names, timeout_ms, written_after):
+    """API: at least TIMEOUT + 1 s right after a write; gone within 2 x TIMEOUT + 10 s.
+
+    ``written_after`` is time.monotonic() just before the write: the TTL may
+    have run down by the time elapsed since then, no more.
+    """
     for name in names:
         pttl = raw_redis.pttl(name)
-        assert timeout_ms + 1000 - elapsed_ms - 50 <= pttl <= 2 * timeout_ms + 10_000, (name, pttl)
+        elapsed_ms = (time.monotonic() - written_after) * 1000
+        assert timeout_ms + 1000 - elapsed_ms - 5 <= pttl <= 2 * timeout_ms + 10_000, (name, pttl)
 
 
 @pytest.mark.parametrize("algorithm", ["lua", "fair_locked", "fair", "basic"])
@@ -137,21 +142,21 @@ def test_keys_get_a_ttl_of_timeout_plus_one_second(raw_redis, algorithm):
     names = [keys.timeouts, keys.owners, keys.holds]
     started = time.monotonic()
     lease = sem.acquire()
-    _assert_fresh_ttl(raw_redis, names, timeout * 1000, (time.monotonic() - started) * 1000)
+    _assert_fresh_ttl(raw_redis, names, timeout * 1000, started)
     # Renewed when written: let the TTLs run down a little, then refresh.
     first = raw_redis.pttl(keys.timeouts)
     wait_until(lambda: raw_redis.pttl(keys.timeouts) < first - 500, message="TTL running down")
     started = time.monotonic()
     assert lease.refresh() is True
-    _assert_fresh_ttl(raw_redis, names, timeout * 1000, (time.monotonic() - started) * 1000)
+    _assert_fresh_ttl(raw_redis, names, timeout * 1000, started)
 
 
 def test_a_shorter_lease_never_shortens_the_ttl_below_a_longer_one(raw_redis):
     keys = Semaphore("ttl", limit=2).partition()
-    Semaphore("ttl", limit=2, timeout=TIMEOUT).acquire()
     started = time.monotonic()
+    Semaphore("ttl", limit=2, timeout=TIMEOUT).acquire()
     Semaphore("ttl", limit=2, timeout=1).acquire()  # same keys, one-second lease
-    _assert_fresh_ttl(raw_redis, [keys.timeouts], (TIMEOUT - 1) * 1000, (time.monotonic() - started) * 1000)
+    _assert_fresh_ttl(raw_redis, [keys.timeouts, keys.owners, keys.holds], TIMEOUT * 1000, started)
 
 
 def test_no_key_is_ever_left_without_a_ttl(raw_redis, key_prefix):
@@ -177,7 +182,8 @@ def test_no_key_is_ever_left_without_a_ttl(raw_redis, key_prefix):
     found = written_keys(raw_redis, key_prefix)
     assert found
     ttls = {k: raw_redis.pttl(k) for k in found}
-    assert all(ttl > 0 for ttl in ttls.values()), ttls
+    # -1 would be a key without a TTL; -2 a short-lived key (a queue ticket) gone since the SCAN.
+    assert all(ttl > 0 or ttl == -2 for ttl in ttls.values()), ttls
 
 
 @pytest.mark.slow
