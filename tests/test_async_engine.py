@@ -140,3 +140,26 @@ async def test_async_wait_times_out_without_blocking_the_loop():
     finally:
         task.cancel()
     assert ticks >= 3  # the loop kept running while we waited
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_waiter_does_not_hold_up_the_queue():
+    sem = Semaphore("acancel", limit=1, timeout=30)
+    holder = await sem.aacquire()
+    waiter = asyncio.create_task(sem.aacquire(wait=20))
+
+    async def queued():
+        return await asyncio.to_thread(lambda: sem.status().waiting) == 1
+
+    await until(queued, message="waiter queued")
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert await holder.arelease() is True
+
+    # The abandoned ticket expires within seconds; then the slot is anyone's again.
+    async def free():
+        lease = await sem.aacquire()
+        return lease is not None
+
+    await until(free, timeout=15, message="slot free after the cancelled waiter")

@@ -343,6 +343,19 @@ def test_waiters_are_served_first_come_first_served():
     second_result["value"].release()
 
 
+def test_a_newcomer_cannot_overtake_a_queued_waiter():
+    sem = Semaphore("queue", limit=1, timeout=30)
+    holder = sem.acquire()
+    waiter, result = _in_thread(sem.acquire, wait=20)
+    wait_until(lambda: sem.status().waiting == 1, message="waiter queued")
+    assert holder.release() is True
+    # The slot is free (or already taken by the waiter): either way not ours.
+    assert sem.acquire() is None
+    waiter.join(10)
+    assert result["value"] is not None
+    assert [h.identifier for h in sem.holders()] == [result["value"].identifier]
+
+
 def test_a_waiter_gets_a_slot_whose_lease_expired():
     sem = Semaphore("queue", limit=1, timeout=0.5)
     sem.acquire()  # never released
