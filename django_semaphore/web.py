@@ -17,7 +17,6 @@ import logging
 import weakref
 from dataclasses import dataclass
 
-from asgiref.sync import iscoroutinefunction
 from django.utils.functional import empty
 from django.utils.module_loading import import_string
 from redis.exceptions import RedisError
@@ -30,7 +29,6 @@ logger = logging.getLogger("django_semaphore")
 
 PATH_META_LENGTH = 200
 HANDLED_ATTR = "_semaphore_handled"
-GUARDS_ATTR = "_semaphore_guards"
 NEEDS_ATTR = "semaphore_needs"
 
 # What a broken or unreachable Redis can raise through the client besides
@@ -136,7 +134,7 @@ async def load_user_async(request):
     return user
 
 
-def resolve(request, needs, user):
+def resolve(request, needs):
     """Resolve ``needs`` (not yet handled for this request) into sorted Items."""
     items, seen = [], set()
     for need in needs:
@@ -220,6 +218,7 @@ class Guard:
         self.watches = []
         self.async_watch = None
         self.closed = False
+        self._finalizer = None
 
     # -- shared decisions --------------------------------------------------------
 
@@ -228,8 +227,6 @@ class Guard:
         for lease in self.leases:
             leases[lease.name] = lease
         _mark_handled(self.request, self.needs)
-        guards = self.request.__dict__.setdefault(GUARDS_ATTR, [])
-        guards.append(self)
         return [lease for item, lease in zip(items, self.leases, strict=True) if item.config.auto_refresh]
 
     def _refused(self, item, retry_after):
@@ -245,7 +242,7 @@ class Guard:
 
     def enter(self):
         """Take every semaphore: None to run the view, else the response to send."""
-        items = resolve(self.request, self.needs, None)
+        items = resolve(self.request, self.needs)
         if not items:
             return None
         meta = request_meta(self.request, _sync_user(self.request))
@@ -276,6 +273,8 @@ class Guard:
         if self.closed:
             return
         self.closed = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
         for watch in self.watches:
             watch.stop()
         if self.async_watch is not None:
@@ -286,8 +285,8 @@ class Guard:
 
     async def aenter(self):
         """The asyncio twin of :meth:`enter`."""
-        user = await load_user_async(self.request)
-        items = resolve(self.request, self.needs, user)
+        await load_user_async(self.request)
+        items = resolve(self.request, self.needs)
         if not items:
             return None
         meta = request_meta(self.request, _user(self.request))
@@ -320,6 +319,8 @@ class Guard:
         if self.closed:
             return
         self.closed = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
         if self.async_watch is not None:
             await self.async_watch.astop()
         for watch in self.watches:
@@ -351,9 +352,6 @@ class Guard:
             self.release()
             return response
         closers.append(self.release)
-        weakref.finalize(response, self.abandon)
+        self._finalizer = weakref.finalize(response, self.abandon)
+        self._finalizer.atexit = False
         return response
-
-
-def is_async(func):
-    return iscoroutinefunction(func)

@@ -1,5 +1,6 @@
 """@semaphore with Django's test clients: responses, leases, partitions, signals, logging."""
 
+import gc
 import json
 import logging
 import threading
@@ -11,6 +12,7 @@ from django.test import RequestFactory
 
 from django_semaphore import SemaphoreFull, semaphore, semaphores, signals
 from django_semaphore.views import prefers_json, rejected
+from tests.helpers import wait_until
 from tests.settings_web import WEB_SEMAPHORES
 from tests.views import gate_key, probe_keys
 
@@ -339,3 +341,21 @@ def test_stacked_decorators_refused_leave_nothing_held(client, settings):
 
 def test_probe_keys_are_under_the_prefix(key_prefix):
     assert all(key.startswith(key_prefix + ":") for key in probe_keys("x"))
+
+
+def test_unclosed_response_stops_renewing_when_collected():
+    """A response dropped without close() (a view called directly) lets its slot expire."""
+    captured = []
+
+    @semaphore("web-short")  # TIMEOUT 1 s, AUTO_REFRESH on
+    def view(request):
+        captured.append(request.semaphore_leases["web-short"])
+        return HttpResponse("ok")
+
+    response = view(RequestFactory().get("/"))
+    assert response.status_code == 200
+    del response
+    gc.collect()
+    sem = semaphores["web-short"]
+    wait_until(lambda: sem.available() == 1, timeout=15, message="abandoned lease expired")
+    assert not captured[0].released
