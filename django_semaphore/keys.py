@@ -17,9 +17,10 @@ Every key of one semaphore partition looks like::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
@@ -28,6 +29,7 @@ SLUG_LENGTH = 40
 NAME_DIGEST_SIZE = 8  # bytes -> 16 hex characters
 KEY_DIGEST_SIZE = 10  # bytes -> 20 hex characters
 UNPARTITIONED = "_"
+CACHED_KEY_LENGTH = 200  # longer partition values are hashed at every call
 
 # Suffixes of the keys of one partition.
 TIMEOUTS = "t"  # ZSET identifier -> expiry (server time, ms)
@@ -72,10 +74,25 @@ class PartitionKeys:
     """The Redis keys of one semaphore partition, all in one hash slot."""
 
     base: str
+    # Derived once, not at every call: each acquire and release passes them.
+    main: tuple[str, str, str, str, str] = field(init=False, repr=False, compare=False)
+    wake_prefix: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        base = self.base
+        # Keys every script takes, in the order the scripts expect them.
+        main = (base + TIMEOUTS, base + OWNERS, base + HOLDS, base + QUEUE, base + QUEUE_DEADLINES)
+        object.__setattr__(self, "main", main)
+        object.__setattr__(self, "wake_prefix", base + WAKE)
 
     @classmethod
     def build(cls, prefix: str, name: str, key: object = None) -> PartitionKeys:
-        return cls(f"{prefix}:{slug(name)}:{{{name_hash(name)}.{key_hash(key)}}}:")
+        # Cached for the unpartitioned semaphore and short partition values
+        # (two digests and a regex per call otherwise); long, user-controlled
+        # values are not kept in memory.
+        if cls is PartitionKeys and (key is None or (type(key) is str and len(key) <= CACHED_KEY_LENGTH)):
+            return _build_cached(prefix, name, key)
+        return cls(_base(prefix, name, key))
 
     @property
     def timeouts(self) -> str:
@@ -101,22 +118,22 @@ class PartitionKeys:
     def lock(self) -> str:
         return self.base + LOCK
 
-    @property
-    def wake_prefix(self) -> str:
-        return self.base + WAKE
-
     def wake(self, identifier: str) -> str:
         return self.base + WAKE + identifier
-
-    @property
-    def main(self) -> tuple[str, str, str, str, str]:
-        """Keys every script takes, in the order the scripts expect them."""
-        return (self.timeouts, self.owners, self.holds, self.queue, self.queue_deadlines)
 
     @property
     def partition_hash(self) -> str:
         """The ``name.key`` digests inside the hash tag."""
         return self.base[self.base.index("{") + 1 : self.base.index("}")]
+
+
+def _base(prefix: str, name: str, key: object) -> str:
+    return f"{prefix}:{slug(name)}:{{{name_hash(name)}.{key_hash(key)}}}:"
+
+
+@functools.lru_cache(maxsize=1024)
+def _build_cached(prefix: str, name: str, key: str | None) -> PartitionKeys:
+    return PartitionKeys(_base(prefix, name, key))
 
 
 def timeouts_pattern(prefix: str, name: str | None = None) -> str:
