@@ -6,13 +6,23 @@ import pytest
 from django.urls import include, path
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_semaphore import Semaphore, SemaphoreBackendError, semaphores
+from django_semaphore import Semaphore, SemaphoreBackendError, metrics, semaphores
 from django_semaphore.metrics import track
 
 # This module is also the URLconf of its tests (pytest.mark.urls below).
 urlpatterns = [path("metrics/", include("django_semaphore.metrics.urls"))]
 
 pytestmark = pytest.mark.urls(__name__)
+
+
+@pytest.fixture(autouse=True)
+def forget_ad_hoc_semaphores():
+    """Other tests use hundreds of ad-hoc names: start each test with none tracked."""
+    saved = dict(metrics._tracked)
+    metrics._tracked.clear()
+    yield
+    metrics._tracked.clear()
+    metrics._tracked.update(saved)
 
 
 def scrape(client, accept=None):
@@ -157,3 +167,18 @@ def test_openmetrics_when_asked(client, configured):
     assert response["Content-Type"].startswith("application/openmetrics-text")
     assert b"# EOF" in response.content
     assert "no-cache" in response["Cache-Control"] or "max-age=0" in response["Cache-Control"]
+
+
+def test_ad_hoc_names_are_bounded_and_labels_always_valid(client, configured, monkeypatch):
+    monkeypatch.setattr(metrics, "MAX_AD_HOC", 2)
+    odd = Semaphore("odd-\ud800-name", limit=1, timeout=5)  # a lone surrogate: not UTF-8
+    first, extra = Semaphore("first", limit=1, timeout=5), Semaphore("extra", limit=1, timeout=5)
+    before = scrape(client)
+    for sem in (odd, first, extra):
+        sem.acquire().release()
+    samples = scrape(client)
+    assert delta(before, samples, "django_semaphore_acquisitions_total", semaphore="odd-\\ud800-name") == 1
+    assert delta(before, samples, "django_semaphore_acquisitions_total", semaphore="first") == 1
+    assert delta(before, samples, "django_semaphore_acquisitions_total", semaphore="_other") == 1
+    assert value(samples, "django_semaphore_limit", semaphore="odd-\\ud800-name") == 1
+    assert value(samples, "django_semaphore_limit", semaphore="extra") == 0  # beyond the bound

@@ -65,6 +65,8 @@ WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 
 _lock = threading.Lock()
 _tracked: dict[str, Semaphore] = {}  # ad-hoc semaphores seen in this process, by name
+MAX_AD_HOC = 100  # ad-hoc semaphore names reported one by one; the rest as OTHER
+OTHER = "_other"
 
 
 class _Metrics:
@@ -114,36 +116,50 @@ class _Metrics:
 _metrics: _Metrics | None = None
 
 
-def _seen(semaphore: Semaphore) -> None:
-    # Ad-hoc semaphores (Semaphore("x", limit=3)) are in no settings: remember
-    # them so that the gauges cover them too.
-    if semaphore._config is not None and semaphore.name not in _tracked:
+def _label(semaphore: Semaphore) -> str:
+    """The ``semaphore`` label: the name, for configured and tracked semaphores.
+
+    Ad-hoc semaphores beyond the first MAX_AD_HOC names (names made up at run
+    time, say one per user) share the label OTHER, so the series stay bounded.
+    """
+    name = semaphore.name
+    if semaphore._config is not None and name not in _tracked:
         with _lock:
-            _tracked.setdefault(semaphore.name, semaphore)
+            if len(_tracked) < MAX_AD_HOC:
+                # Remembered for the gauges too: ad-hoc semaphores are in no settings.
+                _tracked.setdefault(name, semaphore)
+            elif name not in _tracked:
+                return OTHER
+    return _printable(name)
+
+
+def _printable(name: str) -> str:
+    # A label must be valid UTF-8: escape lone surrogates and the like.
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _on_acquired(sender: Any, semaphore: Semaphore, lease: Lease, waited: float, **kwargs: Any) -> None:
     assert _metrics is not None
-    _seen(semaphore)
-    _metrics.acquisitions.labels(semaphore.name).inc()
-    _metrics.wait.labels(semaphore.name, "acquired").observe(waited)
+    label = _label(semaphore)
+    _metrics.acquisitions.labels(label).inc()
+    _metrics.wait.labels(label, "acquired").observe(waited)
 
 
 def _on_refused(sender: Any, semaphore: Semaphore, waited: float, **kwargs: Any) -> None:
     assert _metrics is not None
-    _seen(semaphore)
-    _metrics.refusals.labels(semaphore.name).inc()
-    _metrics.wait.labels(semaphore.name, "refused").observe(waited)
+    label = _label(semaphore)
+    _metrics.refusals.labels(label).inc()
+    _metrics.wait.labels(label, "refused").observe(waited)
 
 
 def _on_released(sender: Any, semaphore: Semaphore, **kwargs: Any) -> None:
     assert _metrics is not None
-    _metrics.releases.labels(semaphore.name).inc()
+    _metrics.releases.labels(_label(semaphore)).inc()
 
 
 def _on_lease_lost(sender: Any, semaphore: Semaphore, **kwargs: Any) -> None:
     assert _metrics is not None
-    _metrics.lost.labels(semaphore.name).inc()
+    _metrics.lost.labels(_label(semaphore)).inc()
 
 
 def _on_backend_failed(sender: Any, server: str | None = None, **kwargs: Any) -> None:
@@ -155,8 +171,9 @@ def track(*semaphores: Semaphore) -> None:
     """Report the gauges of these ad-hoc semaphores too.
 
     Configured semaphores (SEMAPHORES) are always reported, and an ad-hoc one
-    as soon as this process has acquired or been refused it; call this for
-    ad-hoc semaphores used only by other processes (e.g. Celery workers).
+    as soon as this process has used it (the first MAX_AD_HOC names); call
+    this for ad-hoc semaphores used only by other processes (e.g. Celery
+    workers), or beyond that bound.
     """
     with _lock:
         for semaphore in semaphores:
@@ -215,7 +232,7 @@ class SemaphoreCollector(Collector):
         except SemaphoreError:
             rows = None
         for semaphore, statuses in rows or ():
-            name = [semaphore.name]
+            name = [_printable(semaphore.name)]
             limit.add_metric(name, semaphore.config.limit)
             holders.add_metric(name, sum(s.in_use for s in statuses))
             busiest.add_metric(name, max((s.in_use for s in statuses), default=0))
