@@ -69,4 +69,6 @@ def tests(session, django):
                     os.remove(link)
                 os.symlink(target, link)
         session.run("redis-server", "--version")
-    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]))
+    # A test database of its own: the sessions may run beside another suite run.
+    test_db = os.path.join(session.create_tmp(), "test-db.sqlite3")
+    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]), env={"SEMAPHORE_TEST_DB": test_db})

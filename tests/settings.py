@@ -52,7 +52,9 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.path.join(BASE_DIR, "test.sqlite3"),
-        "TEST": {"NAME": os.path.join(BASE_DIR, "test-db.sqlite3")},
+        # A file (server subprocesses share it); SEMAPHORE_TEST_DB gives each
+        # concurrent run (e.g. the nox sessions) a file of its own.
+        "TEST": {"NAME": os.environ.get("SEMAPHORE_TEST_DB") or os.path.join(BASE_DIR, "test-db.sqlite3")},
     }
 }
 
