@@ -86,7 +86,9 @@
       });
       var text = "Done: " + parts.join(", ") + ".";
       if (retry.length) {
-        text += " Retry-After " + Math.min.apply(null, retry) + "–" + Math.max.apply(null, retry) + " s.";
+        var low = Math.min.apply(null, retry);
+        var high = Math.max.apply(null, retry);
+        text += " The refused were told Retry-After: " + (low === high ? low : low + "–" + high) + " s.";
       }
       summary.textContent = text;
       summary.setAttribute("data-done", "1");

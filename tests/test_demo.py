@@ -1,0 +1,170 @@
+"""The demo site as `make demo` serves it: `manage.py demo` in a subprocess, driven by Chromium.
+
+REDIS_URL is removed from the demo's environment, so it starts (and must
+stop) its own embedded Redis, as on a fresh machine.
+"""
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from django_semaphore.testing.server import free_port
+from tests.browser import chromium, new_page, screenshot
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MANAGE = os.path.join(ROOT, "testproject", "manage.py")
+STARTUP_SECONDS = 60
+
+
+def _port_open(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def running_demo(directory):
+    """`manage.py demo` on a free port with a fresh database and no REDIS_URL."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    env["DEMO_DATABASE"] = str(directory / "db.sqlite3")
+    env["PYTHONUNBUFFERED"] = "1"
+    log = directory / "demo.log"
+    with open(log, "w+") as out:
+        process = subprocess.Popen(
+            [sys.executable, MANAGE, "demo", "--addrport", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + STARTUP_SECONDS
+            while not _port_open(port):  # the server is ready when it accepts connections
+                if process.poll() is not None or time.monotonic() > deadline:
+                    out.seek(0)
+                    pytest.fail(f"manage.py demo did not start:\n{out.read()}")
+                time.sleep(0.1)
+            yield {"url": f"http://127.0.0.1:{port}", "process": process, "log": log}
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    with running_demo(tmp_path_factory.mktemp("demo")) as info:
+        yield info
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as browser:
+        yield browser
+
+
+def _output(demo):
+    with open(demo["log"]) as f:
+        return f.read()
+
+
+@pytest.mark.browser
+def test_burst_shows_200s_and_429s_with_retry_after(demo, browser):
+    from playwright.sync_api import expect
+
+    output = _output(demo)
+    assert "Started an embedded Redis" in output
+    assert "Log in as 'admin' with password 'admin' (created now)." in output
+
+    with new_page(browser) as page:
+        page.goto(demo["url"] + "/")
+        expect(page.get_by_role("heading", level=1)).to_contain_text("At most")
+        for title in (
+            "Slow report",
+            "Per-user view",
+            "API under the middleware",
+            "Streaming download",
+            "Async view",
+        ):
+            expect(page.locator("table.demos").get_by_role("link", name=title)).to_be_visible()
+
+        page.get_by_role("button", name="Fire 10 requests at once").click()
+        summary = page.locator("#burst-summary[data-done]")
+        expect(summary).to_contain_text("Done:", timeout=60_000)
+        rows = page.locator("#burst-results tbody tr")
+        expect(rows).to_have_count(10)
+        statuses = [int(s) for s in rows.evaluate_all("rows => rows.map(r => r.dataset.status)")]
+        # LIMIT 2 and six parallel connections: two are served, at least the four others
+        # that were in flight with them are refused; nothing else happens.
+        assert statuses.count(200) >= 2 and statuses.count(429) >= 4, statuses
+        assert statuses.count(200) + statuses.count(429) == 10, statuses
+        for row in rows.all():
+            if row.get_attribute("data-status") == "429":
+                expect(row.locator("td").nth(3)).to_have_text(re.compile(r"^\d+ s$"))
+                expect(row.locator("td").nth(4)).to_have_text("semaphore_full (reports)")
+        screenshot(page, "demo-burst.png", width=1280, selector="#burst-card")
+
+        # The admin is one click away.
+        page.get_by_role("link", name="Semaphores in the admin →").click()
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", "admin")
+        page.click("input[type=submit]")
+        expect(page.locator('tbody[data-semaphore="reports"]')).to_be_visible()
+        expect(page.locator('tbody[data-semaphore="async-work"]')).to_be_visible()
+
+
+@pytest.mark.browser
+def test_streaming_download_holds_its_slot_until_the_last_byte(demo, browser):
+    with new_page(browser) as page:
+        page.goto(demo["url"] + "/")
+        result = page.evaluate(
+            """async () => {
+                const opts = {headers: {Accept: 'application/json'}};
+                const first = await fetch('/download/?inline=1&seconds=3', opts);
+                const reader = first.body.getReader();
+                const decoder = new TextDecoder();
+                let text = decoder.decode((await reader.read()).value);
+                // The first line has arrived: the stream is running and holds the only slot.
+                const second = await fetch('/download/?inline=1&seconds=0', opts);
+                const refused = [second.status, second.headers.get('Retry-After'), await second.json()];
+                for (let part = await reader.read(); !part.done; part = await reader.read()) {
+                    text += decoder.decode(part.value);
+                }
+                // Closed: the slot is free again.
+                const third = await fetch('/download/?inline=1&seconds=0', opts);
+                return {first: [first.status, text.trim().split('\\n').length], refused, third: third.status};
+            }"""
+        )
+    assert result["first"] == [200, 10]
+    status, retry_after, body = result["refused"]
+    assert status == 429 and int(retry_after) >= 1
+    assert body["error"] == "semaphore_full" and body["semaphore"] == "downloads"
+    assert result["third"] == 200
+
+
+def test_demo_stops_its_redis_on_exit(tmp_path):
+    with running_demo(tmp_path) as demo:
+        process = demo["process"]
+        output = _output(demo)
+        match = re.search(r"Started an embedded Redis \(.*\) at redis://127\.0\.0\.1:(\d+)/0", output)
+        assert match, output
+        redis_port = int(match.group(1))
+        assert _port_open(redis_port)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+        assert "Stopped the embedded Redis." in _output(demo)
+        assert not _port_open(redis_port)
