@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install test lint typecheck matrix demo clean
+.PHONY: install test lint typecheck matrix demo screenshots clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,8 +32,14 @@ typecheck: $(STAMP)
 matrix: $(STAMP)
 	$(BIN)/nox -f noxfile.py $(NOX_ARGS) -- $(PYTEST_ARGS)
 
+# Serves testproject on http://$(HOST):$(PORT)/ (an embedded Redis unless REDIS_URL is set).
 demo: $(STAMP)
 	$(BIN)/python testproject/manage.py demo --addrport $(HOST):$(PORT)
+
+# The README pictures (docs/*.png), taken by the browser tests in Debian's Chromium.
+screenshots: $(STAMP)
+	SEMAPHORE_SCREENSHOTS=docs SEMAPHORE_REQUIRE_BROWSER=1 \
+		$(BIN)/python -m pytest -m browser tests/test_admin_browser.py tests/test_demo.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .nox .mypy_cache build dist *.egg-info testproject/db.sqlite3 tests/*.sqlite3
