@@ -340,27 +340,38 @@ def test_streaming_response_on_uvicorn(uvicorn, http, raw_redis):
     stream_holds_slot(http, raw_redis, server.url, "/web/astream/", "astream")
 
 
-def long_view_keeps_slot(http, base, path):
-    """A view running 2.5 x TIMEOUT (1 s) keeps its slot: the watchdog renews it."""
+def long_view_keeps_slot(http, raw_redis, base, path):
+    """A view running 2.5 x TIMEOUT (1 s) keeps its slot: the watchdog renews it.
+
+    The slot is checked on the server's clock while the view surely still runs
+    (before 2.3 s after the grant), and must be there after TIMEOUT has passed.
+    """
     sem = semaphores["web-short"]
     lost = []
 
     def on_lost(sender, **kwargs):
         lost.append(kwargs)
 
+    def server_ms():
+        seconds, micros = raw_redis.time()
+        return seconds * 1000 + micros // 1000
+
     signals.lease_lost.connect(on_lost)
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             future = pool.submit(http.get, base + path)
             holder = wait_until(lambda: sem.holders(), timeout=30, message="long view holding")[0]
-            checks = 0
-            while not future.done():
+            granted_ms = holder.acquired_at.timestamp() * 1000
+            checks_past_timeout = 0
+            while True:
+                now = server_ms()
                 live = sem.holders()
-                if future.done():
+                if now > granted_ms + 2300:
                     break
                 assert [h.token for h in live] == [holder.token]  # never lost, never re-acquired
-                checks += 1
-                time.sleep(0.1)
+                if now > granted_ms + 1100:
+                    checks_past_timeout += 1
+                time.sleep(0.05)
             response = future.result()
     finally:
         signals.lease_lost.disconnect(on_lost)
@@ -368,18 +379,18 @@ def long_view_keeps_slot(http, base, path):
     data = response.json()
     assert data["leases"]["web-short"] == {"token": holder.token, "key": None, "lost": False}
     assert data["refreshed_until"] - data["acquired"] > 2000  # renewed past 2 s after the grant
-    assert checks >= 5
+    assert checks_past_timeout >= 1
     assert lost == []
     wait_until(lambda: sem.available() == 1, message="slot released")
 
 
-def test_long_view_keeps_its_slot_on_live_server(live_server, http):
-    long_view_keeps_slot(http, live_server.url, "/web/long/")
+def test_long_view_keeps_its_slot_on_live_server(live_server, http, raw_redis):
+    long_view_keeps_slot(http, raw_redis, live_server.url, "/web/long/")
 
 
-def test_long_async_view_keeps_its_slot_on_uvicorn(uvicorn, http):
+def test_long_async_view_keeps_its_slot_on_uvicorn(uvicorn, http, raw_redis):
     server = uvicorn()
-    long_view_keeps_slot(http, server.url, "/web/along/")
+    long_view_keeps_slot(http, raw_redis, server.url, "/web/along/")
 
 
 # -- partitions over real sockets ---------------------------------------------------------------------
