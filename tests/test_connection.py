@@ -12,8 +12,11 @@ from django_semaphore.testing.server import RedisServer, free_port
 
 @pytest.fixture
 def own_server(settings):
-    """A throwaway redis-server of this test's own, used through a URL dict."""
-    server = RedisServer().start()
+    """A throwaway redis-server of this test's own, used through a URL dict.
+
+    Its KEYS command is renamed away: the app must never call it.
+    """
+    server = RedisServer(args=("--rename-command", "KEYS", "KEYS-is-never-used")).start()
     settings.SEMAPHORE_REDIS = {"URL": server.url}
     yield server
     server.cleanup()
@@ -220,3 +223,57 @@ def test_restart_through_the_django_redis_alias(settings, own_server):
     own_server.restart()
     assert sem.acquire() is not None
     assert old.release() is False
+
+
+# -- round trips, and never KEYS -------------------------------------------------------
+
+
+def commands_sent(server, action):
+    """The commands ``action()`` sent to ``server``, as MONITOR saw them (scripts' own excluded)."""
+    marker = f"end-{time.monotonic_ns()}"
+    watcher, other = redis.Redis(port=server.port), redis.Redis(port=server.port)
+    other.ping()  # its connection handshake happens before MONITOR starts
+    with watcher, other, watcher.monitor() as monitor:
+        result = action()
+        other.echo(marker)
+        sent = []
+        while True:
+            command = monitor.next_command()
+            if command["command"] == f"ECHO {marker}":
+                return result, sent
+            if command["client_type"] != "lua":
+                sent.append(command["command"].split(" ", 1)[0].upper())
+
+
+def test_one_round_trip_per_operation(own_server):
+    sem = Semaphore("trips", limit=1, timeout=30)
+    warm = sem.acquire()  # connect and load the scripts first: no part of an operation
+    warm.refresh()
+    warm.release()
+    lease, sent = commands_sent(own_server, sem.acquire)
+    assert lease is not None and sent == ["EVALSHA"]
+    assert commands_sent(own_server, sem.acquire) == (None, ["EVALSHA"])
+    assert commands_sent(own_server, lease.refresh) == (True, ["EVALSHA"])
+    assert commands_sent(own_server, lease.release) == (True, ["EVALSHA"])
+    redis.Redis(port=own_server.port).script_flush()
+    lease, sent = commands_sent(own_server, sem.acquire)
+    assert lease is not None and sent == ["EVALSHA", "EVAL"]  # NOSCRIPT, then the source once
+    assert commands_sent(own_server, sem.acquire) == (None, ["EVALSHA"])  # loaded again
+
+
+def test_no_operation_calls_keys(own_server):
+    # KEYS is renamed away on this server: any call to it would fail.
+    for algorithm in ["lua", "fair_locked", "fair", "basic"]:
+        sem = Semaphore("nokeys-" + algorithm, limit=1, timeout=30, algorithm=algorithm)
+        leases = []
+        for key in [None, "k"]:
+            leases.append(sem.acquire(key=key))
+            assert sem.acquire(key=key, wait=0.05) is None
+            assert len(sem.holders(key=key)) == 1
+            assert sem.available(key=key) == 0
+            assert leases[-1].refresh() is True
+        assert len(sem.partitions()) == 2
+        assert sem.purge_expired() == 0
+        assert all(lease.release() for lease in leases)
+    with pytest.raises(redis.ResponseError):
+        redis.Redis(port=own_server.port).keys("*")
