@@ -7,14 +7,6 @@ local id = ARGV[3]
 local ticket = tonumber(ARGV[5])
 local now, clock = server_ms()
 
--- After the purge every entry left is live, unless more than one batch expired.
-local live
-if purge_holders(now, 1000) < 1000 then
-  live = redis.call('ZCARD', KEYS[1])
-else
-  live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-end
-
 -- A retried acquire (same identifier) that already got its slot gets it again.
 local function held_again()
   local held = redis.call('ZSCORE', KEYS[1], id)
@@ -35,10 +27,24 @@ if waiting > 0 then
   if rank then ahead = rank end
 end
 
+-- Count before purging: entries that expired but are still there only make
+-- the count too high, so a count that leaves room grants at once, and only a
+-- semaphore that looks full pays for the purge (then counts again; after a
+-- purge every entry left is live, unless more than one batch had expired).
+local live = redis.call('ZCARD', KEYS[1])
+if limit - live <= ahead then
+  local purged = purge_holders(now, 1000)
+  if purged == 1000 then
+    live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+  elseif purged > 0 then
+    live = live - purged
+  end
+end
+
 if limit - live > ahead then
   local expires = now + lease
   -- NX: an identifier already present is a retry, found without a ZSCORE
-  -- on the common path (or, rarely, an expired entry the purge left).
+  -- on the common path (or an expired entry not purged yet: replaced).
   if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 0 then
     local again = held_again()
     if again then return again end
