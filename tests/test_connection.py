@@ -1,5 +1,6 @@
 """SEMAPHORE_REDIS, backend errors, and recovery from SCRIPT FLUSH and restarts."""
 
+import contextlib
 import time
 
 import pytest
@@ -228,19 +229,23 @@ def test_restart_through_the_django_redis_alias(settings, own_server):
 # -- round trips, and never KEYS -------------------------------------------------------
 
 
-def commands_sent(server, action):
-    """The commands ``action()`` sent to ``server``, as MONITOR saw them (scripts' own excluded)."""
+@contextlib.contextmanager
+def monitoring(server):
+    """The list of commands sent to ``server`` in the block, as MONITOR saw them.
+
+    Commands run by scripts are left out: the list shows the round trips.
+    """
     marker = f"end-{time.monotonic_ns()}"
+    sent = []
     watcher, other = redis.Redis(port=server.port), redis.Redis(port=server.port)
     other.ping()  # its connection handshake happens before MONITOR starts
     with watcher, other, watcher.monitor() as monitor:
-        result = action()
+        yield sent
         other.echo(marker)
-        sent = []
         while True:
             command = monitor.next_command()
             if command["command"] == f"ECHO {marker}":
-                return result, sent
+                break
             if command["client_type"] != "lua":
                 sent.append(command["command"].split(" ", 1)[0].upper())
 
@@ -250,15 +255,42 @@ def test_one_round_trip_per_operation(own_server):
     warm = sem.acquire()  # connect and load the scripts first: no part of an operation
     warm.refresh()
     warm.release()
-    lease, sent = commands_sent(own_server, sem.acquire)
+    with monitoring(own_server) as sent:
+        lease = sem.acquire()
     assert lease is not None and sent == ["EVALSHA"]
-    assert commands_sent(own_server, sem.acquire) == (None, ["EVALSHA"])
-    assert commands_sent(own_server, lease.refresh) == (True, ["EVALSHA"])
-    assert commands_sent(own_server, lease.release) == (True, ["EVALSHA"])
+    with monitoring(own_server) as sent:
+        assert sem.acquire() is None  # refused: one round trip too
+    assert sent == ["EVALSHA"]
+    with monitoring(own_server) as sent:
+        assert lease.refresh() is True
+    assert sent == ["EVALSHA"]
+    with monitoring(own_server) as sent:
+        assert lease.release() is True
+    assert sent == ["EVALSHA"]
     redis.Redis(port=own_server.port).script_flush()
-    lease, sent = commands_sent(own_server, sem.acquire)
-    assert lease is not None and sent == ["EVALSHA", "EVAL"]  # NOSCRIPT, then the source once
-    assert commands_sent(own_server, sem.acquire) == (None, ["EVALSHA"])  # loaded again
+    with monitoring(own_server) as sent:
+        assert sem.acquire() is not None
+    assert sent == ["EVALSHA", "EVAL"]  # NOSCRIPT, then the source once
+    with monitoring(own_server) as sent:
+        assert sem.acquire() is None
+    assert sent == ["EVALSHA"]  # loaded again
+
+
+@pytest.mark.asyncio
+async def test_one_round_trip_per_async_operation(own_server):
+    sem = Semaphore("atrips", limit=1, timeout=30)
+    warm = await sem.aacquire()
+    await warm.arefresh()
+    await warm.arelease()
+    with monitoring(own_server) as sent:
+        lease = await sem.aacquire()
+    assert lease is not None and sent == ["EVALSHA"]
+    with monitoring(own_server) as sent:
+        assert await lease.arefresh() is True
+    assert sent == ["EVALSHA"]
+    with monitoring(own_server) as sent:
+        assert await lease.arelease() is True
+    assert sent == ["EVALSHA"]
 
 
 def test_no_operation_calls_keys(own_server):
