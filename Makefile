@@ -4,10 +4,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+BENCH_STAMP := $(VENV)/.bench-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install test lint typecheck matrix demo screenshots clean
+.PHONY: install test lint typecheck matrix demo screenshots bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,9 +18,14 @@ $(STAMP): setup.cfg pyproject.toml
 
 install: $(STAMP)
 
+$(BENCH_STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e ".[bench,hiredis]"
+	touch $(BENCH_STAMP)
+
 lint: $(STAMP)
-	$(BIN)/ruff check django_semaphore tests testproject conftest.py
-	$(BIN)/ruff format --check django_semaphore tests testproject conftest.py
+	$(BIN)/ruff check django_semaphore tests testproject benchmarks conftest.py
+	$(BIN)/ruff format --check django_semaphore tests testproject benchmarks conftest.py
 
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -40,6 +46,11 @@ demo: $(STAMP)
 screenshots: $(STAMP)
 	SEMAPHORE_SCREENSHOTS=docs SEMAPHORE_REQUIRE_BROWSER=1 \
 		$(BIN)/python -m pytest -m browser tests/test_admin_browser.py tests/test_demo.py $(PYTEST_ARGS)
+
+# One table of every benchmark figure against throwaway redis-servers (a few
+# minutes); also writes docs/bench-cycles.png. BENCH_ARGS=--quick for a smoke run.
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .nox .mypy_cache build dist *.egg-info testproject/db.sqlite3 tests/*.sqlite3

@@ -9,6 +9,7 @@ import time
 
 from django_semaphore.testing.server import RedisServer, redis_server_binary
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGETS = {
     "lua_vs_floor": 0.9,
     "lua_vs_fair_locked": 3.0,
@@ -59,7 +60,7 @@ def options(argv):
     parser.add_argument(
         "--chart",
         metavar="PATH",
-        default="docs/bench-cycles.png",
+        default=os.path.join(ROOT, "docs", "bench-cycles.png"),
         help="where to write the chart (default docs/bench-cycles.png; '' for none)",
     )
     return parser.parse_args(argv)

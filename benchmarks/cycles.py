@@ -1,9 +1,10 @@
 """Acquire+release cycles on one connection, beside the PING-pair floor and one-slot peers."""
 
+import os
 import uuid
 
 from django_semaphore import Semaphore, connection
-from django_semaphore.algorithms import ACQUIRE
+from django_semaphore.algorithms import ACQUIRE, RELEASE
 
 from .common import ALGORITHMS, interleaved, median, ratio
 
@@ -86,7 +87,23 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
         client.ping()
         client.ping()
 
-    contenders = {"floor": floor}
+    nop = client.script_load("return 1")
+
+    def script_floor():  # two EVALSHA round trips with no work inside
+        client.evalsha(nop, 0)
+        client.evalsha(nop, 0)
+
+    raw_sem = semaphore("lua", 0)
+    raw_keys = raw_sem.partition()
+    meta = '{"host":"bench","pid":1}'
+
+    def raw_scripts():  # our two scripts, called without the Python layer above them
+        identifier = os.urandom(16).hex()
+        client.evalsha(ACQUIRE.sha, 5, *raw_keys.main, 5, 60000, identifier, meta, 0, raw_keys.wake_prefix)
+        client.evalsha(RELEASE.sha, 5, *raw_keys.main, identifier, 5, raw_keys.wake_prefix)
+
+    raw_sem.acquire().release()  # loads both scripts
+    contenders = {"floor": floor, "script floor": script_floor, "raw scripts": raw_scripts}
     sems = {}
     for algorithm in ALGORITHMS:
         for holders in holder_counts:
@@ -117,6 +134,8 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
                 "vs_empty": ratio(rates, key, (algorithm, holder_counts[0])),
             }
         result["algorithms"][algorithm] = rows
+    for name in ("script floor", "raw scripts"):
+        result[name] = {"rate": median(rates[name]), "vs_floor": ratio(rates, name, "floor")}
     for name in peer_fns:
         result["peers"][name] = {"rate": median(rates[name]), "vs_floor": ratio(rates, name, "floor")}
     lua0 = ("lua", holder_counts[0])

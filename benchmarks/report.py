@@ -20,6 +20,15 @@ def table(r, targets):
     cyc = r["cycles"]
     floor = cyc["floor"]
     add("floor", "PING pairs/s, same client + connection", _fmt(floor, ",.0f"), "1.00")
+    row = cyc["script floor"]
+    add("floor", "EVALSHA 'return 1' pairs/s", _fmt(row["rate"], ",.0f"), f"{row['vs_floor']:.2f}")
+    row = cyc["raw scripts"]
+    add(
+        "cycles/s lua",
+        "raw: our 2 scripts, no Python layer",
+        _fmt(row["rate"], ",.0f"),
+        f"{row['vs_floor']:.2f}",
+    )
     for algorithm, by_count in cyc["algorithms"].items():
         for count, row in by_count.items():
             label = "empty" if count == 0 else f"{count:,} holders"
