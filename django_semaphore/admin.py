@@ -17,7 +17,9 @@ cannot be replayed against a later holder because tokens only increase.
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import DatabaseError
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -112,6 +114,25 @@ class SemaphoreAdmin(admin.ModelAdmin):
         except SemaphoreBackendError as exc:
             return monitor.SemaphoreView(name), str(exc)
 
+    def _user_names(self, values):
+        """{str(pk): username} of the users the web layer recorded (meta "user" is the pk)."""
+        User = get_user_model()
+        pks = set()
+        for value in values:
+            if value in (None, ""):
+                continue
+            try:
+                pks.add(User._meta.pk.to_python(value))
+            except (ValidationError, ValueError, TypeError):
+                continue
+        if not pks:
+            return {}
+        try:
+            rows = User._default_manager.filter(pk__in=pks).values_list("pk", User.USERNAME_FIELD)
+            return {str(pk): str(name) for pk, name in rows}
+        except (DatabaseError, ValueError):
+            return {}
+
     def _context(self, request, **extra):
         request.current_app = self.admin_site.name
         return {
@@ -143,8 +164,9 @@ class SemaphoreAdmin(admin.ModelAdmin):
         partition = self._partition_param(request)
         view, error = self._read_one(name, partition)
         now = timezone.now()
+        names = self._user_names(h.meta.get("user") for p in view.partitions for h in p.holders)
         for p in view.partitions:
-            p.rows = [(h, monitor.expires_in(h, now)) for h in p.holders]
+            p.rows = [(h, monitor.expires_in(h, now), names.get(str(h.meta.get("user")))) for h in p.holders]
         query = f"?partition={partition}" if partition else ""
         return self._context(
             request,

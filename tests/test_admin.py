@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from django_semaphore import semaphores
 from django_semaphore.keys import key_hash
+from tests.test_commands import wait_until_expired
 
 LIST_URL = "/admin/django_semaphore/semaphore/"
 SEMAPHORES = {
@@ -193,17 +194,12 @@ def test_csrf_is_enforced(changer, leases):
 
 
 def test_purge_expired_button(client, changer, settings, raw_redis):
-    settings.SEMAPHORES = {"reports": {"LIMIT": 2, "TIMEOUT": 30}, "quick": {"LIMIT": 2, "TIMEOUT": 0.05}}
+    settings.SEMAPHORES = {"reports": {"LIMIT": 2, "TIMEOUT": 30}, "quick": {"LIMIT": 2, "TIMEOUT": 0.2}}
     live = semaphores["reports"].acquire()
     quick = semaphores["quick"]
     assert quick.acquire() and quick.acquire()
     keys = quick.partition()
-    # Wait on the Redis clock until both quick leases have expired.
-    deadline = max(float(score) for _, score in raw_redis.zrange(keys.timeouts, 0, -1, withscores=True))
-    while True:
-        seconds, micros = raw_redis.time()
-        if seconds * 1000 + micros / 1000 > deadline + 1:
-            break
+    wait_until_expired(raw_redis, keys)
     client.force_login(changer)
     response = client.post(LIST_URL + "quick/purge/", follow=True)
     assert "Removed 2 expired entries from “quick”." in response.content.decode()
@@ -226,3 +222,13 @@ def test_redis_down_shows_an_error_not_a_500(client, viewer, settings):
 def test_reverse_names(db):
     assert reverse("admin:django_semaphore_semaphore_changelist") == LIST_URL
     assert reverse("admin:django_semaphore_semaphore_change", args=["reports"]) == LIST_URL + "reports/"
+
+
+def test_user_pk_in_meta_is_shown_with_the_username(client, viewer):
+    lease = semaphores["reports"].acquire(meta={"user": str(viewer.pk), "method": "GET", "path": "/x/"})
+    try:
+        client.force_login(viewer)
+        html = client.get(LIST_URL + "reports/").content.decode()
+    finally:
+        lease.release()
+    assert f'<td class="field-user">viewer <span class="sema-muted">({viewer.pk})</span></td>' in html

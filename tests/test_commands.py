@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import threading
+import time
 from io import StringIO
 
 import pytest
@@ -13,8 +14,8 @@ from django_semaphore.testing.server import free_port
 
 SEMAPHORES = {
     "reports": {"LIMIT": 2, "TIMEOUT": 30},
-    "quick": {"LIMIT": 5, "TIMEOUT": 0.05},
-    "per-ip": {"LIMIT": 1, "TIMEOUT": 0.05, "KEY": "ip"},
+    "quick": {"LIMIT": 5, "TIMEOUT": 0.2},
+    "per-ip": {"LIMIT": 1, "TIMEOUT": 0.2, "KEY": "ip"},
 }
 
 
@@ -23,16 +24,25 @@ def configured(settings):
     settings.SEMAPHORES = SEMAPHORES
 
 
-def wait_until_expired(raw_redis, *sems_and_keys):
-    """Block until Redis' own clock is past every lease of the given (semaphore, key) partitions."""
+def wait_until_expired(raw_redis, *partitions):
+    """Block until Redis' own clock is past every lease in ``partitions`` (PartitionKeys).
+
+    The keys are PERSISTed first: their TTL (lease + 1 s) must not remove them
+    before the cleanup under test sees the expired entries on a slow machine.
+    """
     deadline = 0.0
-    for sem, key in sems_and_keys:
-        scores = raw_redis.zrange(sem.partition(key).timeouts, 0, -1, withscores=True)
+    for keys in partitions:
+        for key in (keys.timeouts, keys.owners, keys.holds):
+            raw_redis.persist(key)
+        scores = raw_redis.zrange(keys.timeouts, 0, -1, withscores=True)
+        assert scores, f"no lease in {keys.base}"
         deadline = max([deadline, *(score for _, score in scores)])
     while True:
         seconds, micros = raw_redis.time()
-        if seconds * 1000 + micros / 1000 > deadline + 1:
+        left_ms = deadline + 1 - (seconds * 1000 + micros / 1000)
+        if left_ms < 0:
             return
+        time.sleep(left_ms / 1000)
 
 
 def run(*args, **options):
@@ -48,7 +58,8 @@ def expired_and_live(raw_redis):
     assert all([quick.acquire(), quick.acquire(), quick.acquire()])
     assert per_ip.acquire(key="10.0.0.1") and per_ip.acquire(key="10.0.0.2")
     live = semaphores["reports"].acquire()
-    wait_until_expired(raw_redis, (quick, None), (per_ip, "10.0.0.1"), (per_ip, "10.0.0.2"))
+    partitions = [quick.partition(), per_ip.partition("10.0.0.1"), per_ip.partition("10.0.0.2")]
+    wait_until_expired(raw_redis, *partitions)
     yield live
     live.release()
 
@@ -87,9 +98,9 @@ def test_selected_semaphores(expired_and_live):
 
 
 def test_unconfigured_semaphores_under_the_prefix_are_cleaned(raw_redis):
-    retired = Semaphore("retired:old", limit=3, timeout=0.05)
+    retired = Semaphore("retired:old", limit=3, timeout=0.2)
     assert retired.acquire() and retired.acquire()
-    wait_until_expired(raw_redis, (retired, None))
+    wait_until_expired(raw_redis, retired.partition())
     lines = run("sema_cleanup", verbosity=2)
     assert "retired_old (not in SEMAPHORES): removed 2 expired entries from 1 partitions." in lines
     assert lines[-1] == "Removed 2 expired entries from 4 semaphores."
