@@ -194,3 +194,16 @@ def test_an_unused_partition_disappears_by_itself(prefix_keys):
     assert prefix_keys()
     # API: within 2 x TIMEOUT + 10 s, without anyone releasing or purging.
     wait_until(lambda: prefix_keys() == [], timeout=2 * 0.5 + 10, message="keys expiring")
+
+
+def test_a_key_lost_alone_comes_back_with_a_ttl(raw_redis):
+    # maxmemory's volatile-* policies evict keys one by one: the counter hash
+    # can vanish while the ZSETs stay. It must come back with a TTL, and the
+    # tokens must keep increasing.
+    sem = Semaphore("evicted", limit=3, timeout=TIMEOUT)
+    first = sem.acquire()
+    keys = sem.partition()
+    raw_redis.delete(keys.holds)
+    second = sem.acquire()
+    assert second.token > first.token
+    assert all(raw_redis.pttl(k) > TIMEOUT * 1000 for k in (keys.timeouts, keys.owners, keys.holds))
