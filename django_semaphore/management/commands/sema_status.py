@@ -26,6 +26,9 @@ def format_table(headers, rows, right=()):
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
 
 
+META_COLUMNS = ("user", "method", "path", "remote_addr", "host", "pid")
+
+
 class Command(BaseCommand):
     help = (
         "Show every semaphore with its live partitions: limit, in use, free, waiting. With NAME, "
@@ -92,8 +95,7 @@ class Command(BaseCommand):
                     holder.token,
                     holder.acquired_at.strftime("%Y-%m-%d %H:%M:%S") if holder.acquired_at else "",
                     f"{monitor.expires_in(holder, now)} s",
-                    *(str(holder.meta.get(k, "")) for k in ("user", "method", "path", "remote_addr", "host")),
-                    holder.meta.get("pid", ""),
+                    *(str(holder.meta.get(field) or "") for field in META_COLUMNS),
                 ]
                 for holder in partition.holders
             ]
