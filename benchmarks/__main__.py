@@ -1,6 +1,7 @@
 """python -m benchmarks: run every section against throwaway Redis servers and print one table."""
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -49,6 +50,8 @@ def machine(redis_version):
         "django": django.__version__,
         "redis_py": f"{redis.__version__} ({parser})",
         "summary": f"{cores} x {model}, Redis {redis_version}, Python {platform.python_version()}",
+        # The [prometheus] extra hooks receivers on every acquire and release.
+        "metrics": importlib.util.find_spec("prometheus_client") is not None,
     }
 
 

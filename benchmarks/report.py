@@ -63,7 +63,7 @@ def table(r, targets):
         )
         add("Redis usec/call", f"seeds' ZREM release, {holders:,}", f"{row['seed_release']:.1f}")
     for algorithm, usec in r["cost_per_cycle"].items():
-        add("Redis usec/cycle", f"{algorithm}: all commands", f"{usec:.1f}")
+        add("Redis usec/cycle", f"{algorithm}: every command it sends", f"{usec:.1f}")
 
     w = r["waiting"]
     add(
@@ -124,6 +124,7 @@ def table(r, targets):
         f"{m['nproc']} cores, {m['cpu']}, Redis {m['redis']}, Python {m['python']}, "
         f"Django {m['django']}, redis-py {m['redis_py']}"
         + (f"; load: {r['load_generator']}" if r.get("load_generator") else "")
+        + ("; prometheus metrics on" if m.get("metrics") else "")
         + f"; run took {r['elapsed_s']:.0f} s",
     )
     lines.insert(1, "")
