@@ -271,7 +271,7 @@ def test_wake_up_latency_over_http(live_server, http, raw_redis, grants, capsys)
             future = pool.submit(http.get, f"{live_server.url}/web/queue/?sleep=0")
             wait_until(lambda: sem.status().waiting >= 1, timeout=30, message="waiter queued")
             seconds, micros = raw_redis.time()
-            released_ms = seconds * 1000 + micros / 1000
+            released_ms = seconds * 1000 + micros // 1000  # whole ms, as acquired_ms
             held.release()
             response = future.result(timeout=60)
             assert response.status_code == 200
