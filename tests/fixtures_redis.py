@@ -32,6 +32,21 @@ BACKENDS = ("single", "cluster")
 _services = itertools.count(os.getpid() * 1000)
 
 
+# A test that names one of these talks to the session's single server directly.
+SINGLE_SERVER_FIXTURES = frozenset({"raw_redis", "prefix_keys", "redis_url", "subprocess_env"})
+
+
+def pytest_generate_tests(metafunc):
+    """Parametrise ``backend``; tests that talk to the single server directly get "single" only."""
+    if "backend" in metafunc.fixturenames:
+        for mark in metafunc.definition.iter_markers("parametrize"):
+            if "backend" in str(mark.args[0]):
+                return  # the test chose its backends itself
+        direct = set(metafunc.definition._fixtureinfo.argnames)
+        params = BACKENDS if not direct & SINGLE_SERVER_FIXTURES else ("single",)
+        metafunc.parametrize("backend", params, indirect=True)
+
+
 def _need_binary():
     if not redis_server_binary():
         pytest.skip("no redis-server binary")
@@ -63,7 +78,7 @@ def delete_prefix(client, prefix):
     return len(keys)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def backend(request, settings, key_prefix):
     """The Redis topology of this run: "single" or "cluster" (SEMAPHORE_REDIS set accordingly)."""
     if request.param == "cluster":

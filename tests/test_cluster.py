@@ -110,9 +110,8 @@ async def test_algorithms_async(backend, algorithm):
     assert await sem.aacquire(wait=0.2) is not None
 
 
-def test_semaphores_spread_across_primaries(redis_cluster, cluster_client, backend):
-    if backend != "cluster":
-        pytest.skip("cluster only")
+@pytest.mark.parametrize("backend", ["cluster"], indirect=True)
+def test_semaphores_spread_across_primaries(cluster_client, backend):
     leases = [Semaphore(f"spread-{i}", limit=1, timeout=5).acquire() for i in range(60)]
     assert all(leases)
     for lease in leases:
