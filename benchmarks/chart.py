@@ -10,8 +10,10 @@ def draw(results, path):
     cycles = results["cycles"]
     algorithms = list(cycles["algorithms"])
     counts = list(next(iter(cycles["algorithms"].values())))
-    peers = list(cycles["peers"])
-    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=110)
+    extras = [(name + "\n(one slot)", row["rate"]) for name, row in cycles["peers"].items()]
+    extras.insert(0, ("EVALSHA no-op\npair", cycles["script floor"]["rate"]))
+    extras.insert(1, ("lua scripts,\nno Python layer", cycles["raw scripts"]["rate"]))
+    fig, ax = plt.subplots(figsize=(10, 5), dpi=110)
     width = 0.8 / len(counts)
     colours = ["#1f6feb", "#54aeff", "#8cc8ff", "#c6e2ff"]
     for i, count in enumerate(counts):
@@ -19,16 +21,15 @@ def draw(results, path):
         ys = [cycles["algorithms"][a][count]["rate"] for a in algorithms]
         label = "empty" if count == 0 else f"{count:,} holders"
         ax.bar(xs, ys, width, label=label, color=colours[i % len(colours)])
-    for j, peer in enumerate(peers):
-        x = len(algorithms) + j
-        ax.bar([x], [cycles["peers"][peer]["rate"]], 0.8 / len(counts) * 1.5, color="#999999")
+    for j, (_, value) in enumerate(extras):
+        ax.bar([len(algorithms) + j], [value], 0.3, color="#999999")
     floor = cycles["floor"]
     ax.axhline(
         floor, color="#cf222e", linestyle="--", linewidth=1.5, label=f"floor: PING pairs/s ({floor:,.0f})"
     )
     ax.axhline(0.9 * floor, color="#cf222e", linestyle=":", linewidth=1, label="0.9 x floor (target for lua)")
-    ax.set_xticks(range(len(algorithms) + len(peers)))
-    ax.set_xticklabels(algorithms + [p + "\n(one slot)" for p in peers], fontsize=9)
+    ax.set_xticks(range(len(algorithms) + len(extras)))
+    ax.set_xticklabels(algorithms + [label for label, _ in extras], fontsize=8)
     ax.set_ylabel("acquire + release cycles / s (one connection)")
     ax.set_title(
         f"django-semaphore cycle rate, median of {cycles['rounds']} interleaved rounds\n"

@@ -53,6 +53,27 @@ def cycle(sem):
     return run
 
 
+def signal_receivers_off(fn):
+    """``fn`` run with the app's signals disconnected (e.g. the [prometheus] extra's), or None if none are."""
+    from django_semaphore import signals
+
+    hooked = [s for s in (signals.acquired, signals.released) if s.receivers]
+    if not hooked:
+        return None
+
+    def run():
+        saved = [s.receivers for s in hooked]
+        for s in hooked:
+            s.receivers = []
+        try:
+            fn()
+        finally:
+            for s, receivers in zip(hooked, saved, strict=True):
+                s.receivers = receivers
+
+    return run
+
+
 def peers(client):
     """One-slot peers, where installed: {name: cycle function}."""
     found = {}
@@ -111,6 +132,9 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
             fill(sem, holders, client)
             sems[(algorithm, holders)] = sem
             contenders[(algorithm, holders)] = cycle(sem)
+    quiet = signal_receivers_off(cycle(sems[("lua", holder_counts[0])]))
+    if quiet is not None:
+        contenders["lua, no signal receivers"] = quiet
     peer_fns = peers(client)
     contenders.update(peer_fns)
     for fn in contenders.values():  # warm up: scripts loaded, connections open
@@ -134,7 +158,9 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
                 "vs_empty": ratio(rates, key, (algorithm, holder_counts[0])),
             }
         result["algorithms"][algorithm] = rows
-    for name in ("script floor", "raw scripts"):
+    for name in ("script floor", "raw scripts", "lua, no signal receivers"):
+        if name not in rates:
+            continue
         result[name] = {"rate": median(rates[name]), "vs_floor": ratio(rates, name, "floor")}
     for name in peer_fns:
         result["peers"][name] = {"rate": median(rates[name]), "vs_floor": ratio(rates, name, "floor")}

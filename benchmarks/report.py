@@ -29,6 +29,14 @@ def table(r, targets):
         _fmt(row["rate"], ",.0f"),
         f"{row['vs_floor']:.2f}",
     )
+    if "lua, no signal receivers" in cyc:
+        row = cyc["lua, no signal receivers"]
+        add(
+            "cycles/s lua",
+            "empty, metrics receivers off",
+            _fmt(row["rate"], ",.0f"),
+            f"{row['vs_floor']:.2f}",
+        )
     for algorithm, by_count in cyc["algorithms"].items():
         for count, row in by_count.items():
             label = "empty" if count == 0 else f"{count:,} holders"
