@@ -24,7 +24,7 @@ def browser():
 @pytest.fixture(autouse=True)
 def configured(settings):
     settings.SEMAPHORES = {
-        "reports": {"LIMIT": 3, "TIMEOUT": 60},
+        "reports": {"LIMIT": 4, "TIMEOUT": 60},
         "per-user": {"LIMIT": 1, "TIMEOUT": 60, "KEY": "user"},
         "api": {"LIMIT": 5, "TIMEOUT": 60, "PATHS": [r"^/api/"]},
     }
@@ -48,7 +48,7 @@ def _login(page, live_server, username, next_path="/admin/"):
 
 @pytest.fixture
 def holders():
-    """Holders as the web layer records them: three on "reports", one per-user partition."""
+    """Holders as the web layer records them: three on "reports", one per-user partition, one "api"."""
     reports = semaphores["reports"]
     leases = [
         reports.acquire(
@@ -63,6 +63,9 @@ def holders():
         semaphores["per-user"].acquire(
             key="user:42", meta={"user": "dave", "method": "GET", "path": "/me/", "remote_addr": "10.0.0.14"}
         ),
+        semaphores["api"].acquire(
+            meta={"method": "PUT", "path": "/api/items/7/", "remote_addr": "10.0.0.15"}
+        ),
     ]
     assert all(leases)
     yield leases
@@ -74,7 +77,7 @@ def test_login_find_semaphores_see_holders_and_force_release(browser, live_serve
     from playwright.sync_api import expect
 
     _user("admin", superuser=True)
-    alice, bob, carol, dave = holders
+    alice, bob, carol, dave, api = holders
     with new_page(browser) as page:
         _login(page, live_server, "admin")
         expect(page).to_have_url(f"{live_server.url}/admin/")
@@ -83,8 +86,8 @@ def test_login_find_semaphores_see_holders_and_force_release(browser, live_serve
 
         reports_row = page.locator('tbody[data-semaphore="reports"] tr').first
         expect(reports_row.locator(".field-in_use")).to_have_text("3")
-        expect(reports_row.locator(".field-free")).to_have_text("0")
-        expect(reports_row.locator(".sema-pct")).to_have_text("100%")
+        expect(reports_row.locator(".field-free")).to_have_text("1")
+        expect(reports_row.locator(".sema-pct")).to_have_text("75%")
         per_user = page.locator('tbody[data-semaphore="per-user"]')
         expect(per_user.locator(".field-partition")).to_have_text("user:42")
         screenshot(page, "admin-semaphores.png")
@@ -137,7 +140,7 @@ def test_figures_refresh_without_a_reload(browser, live_server, holders, monkeyp
 
         holders[0].release()
         expect(rows).to_have_count(2)
-        expect(page.locator(".sema-figures")).to_contain_text("2 of 3 in use")
+        expect(page.locator(".sema-figures")).to_contain_text("2 of 4 in use")
         newcomer = semaphores["reports"].acquire(meta={"user": "erin", "method": "GET", "path": "/x/"})
         try:
             expect(rows.last.locator(".field-user")).to_have_text("erin")
