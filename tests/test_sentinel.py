@@ -143,7 +143,7 @@ def test_failover_under_load(loaded_sentinel, settings):
                     errors.append((time.monotonic(), str(exc)))
                 held = None  # unknown: Redis unreachable at release
             with lock:
-                intervals.append((started, ended, held))
+                intervals.append((started, ended, held, lease.token))
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(8)]
     for thread in threads:
@@ -170,8 +170,9 @@ def test_failover_under_load(loaded_sentinel, settings):
     after = [i for i in intervals if i[1] >= failover_started]
     peak, above = _sweep(intervals)
     peak_after, above_after = _sweep(after)
-    lost = sum(1 for *_, held in intervals if held is False)
-    unknown = sum(1 for *_, held in intervals if held is None)
+    lost = sum(1 for i in intervals if i[2] is False)
+    unknown = sum(1 for i in intervals if i[2] is None)
+    tokens = [i[3] for i in intervals]
     errors_after = [e for e in errors if e[0] > promoted + 1.0]
     starts = sorted(i[0] for i in intervals)
     longest_gap = max((b - a for a, b in zip(starts, starts[1:], strict=False)), default=0.0)
@@ -185,6 +186,7 @@ def test_failover_under_load(loaded_sentinel, settings):
         "leases_lost": lost,
         "releases_failed_unreachable": unknown,
         "lease_lost_signals": len(lost_signals),
+        "tokens_granted_twice": len(tokens) - len(set(tokens)),
         "backend_errors_during_switch": len(errors) - len(errors_after),
         "backend_errors_after_switch": len(errors_after),
         "failover_seconds": round(promoted - failover_started, 2),
