@@ -232,3 +232,31 @@ def test_user_pk_in_meta_is_shown_with_the_username(client, viewer):
     finally:
         lease.release()
     assert f'<td class="field-user">viewer <span class="sema-muted">({viewer.pk})</span></td>' in html
+
+
+@pytest.mark.parametrize("backend", ["cluster"], indirect=True)
+def test_pages_on_a_cluster(client, changer, backend):
+    per_user = semaphores["per-user"]
+    held = {n: per_user.acquire(key=f"user:{n}", meta={"user": str(n)}) for n in range(8)}
+    try:
+        client.force_login(changer)
+        data = client.get(LIST_URL + "status.json").json()
+        partitions = {s["name"]: s["partitions"] for s in data["semaphores"]}["per-user"]
+        assert sorted(p["label"] for p in partitions) == sorted(f"user:{n}" for n in range(8))
+        assert all(p["in_use"] == 1 for p in partitions)
+        target = key_hash("user:5")
+        form = {"partition": target, "token": held[5].token}
+        client.post(LIST_URL + f"per-user/release/?partition={target}", form)
+        assert per_user.holders(key="user:5") == []
+        assert len(per_user.holders(key="user:4")) == 1
+    finally:
+        for lease in held.values():
+            lease.release()
+
+
+def test_a_semaphore_with_bad_settings_shows_its_error(client, viewer, settings):
+    settings.SEMAPHORES = {**SEMAPHORES, "broken": {"LIMIT": 0}}
+    client.force_login(viewer)
+    html = client.get(LIST_URL).content.decode()
+    assert "SEMAPHORES[&#x27;broken&#x27;][&#x27;LIMIT&#x27;] is 0" in html
+    assert 'data-semaphore="reports"' in html

@@ -7,6 +7,7 @@ import time
 from io import StringIO
 
 import pytest
+import redis.cluster
 from django.core.management import CommandError, call_command
 
 from django_semaphore import Semaphore, semaphores
@@ -24,25 +25,28 @@ def configured(settings):
     settings.SEMAPHORES = SEMAPHORES
 
 
-def wait_until_expired(raw_redis, *partitions):
-    """Block until Redis' own clock is past every lease in ``partitions`` (PartitionKeys).
+def _server_ms(client, key):
+    if isinstance(client, redis.cluster.RedisCluster):
+        client = client.get_node_from_key(key).redis_connection
+    seconds, micros = client.time()
+    return seconds * 1000 + micros / 1000
+
+
+def wait_until_expired(client, *partitions):
+    """Block until the Redis clock is past every lease in ``partitions`` (PartitionKeys).
 
     The keys are PERSISTed first: their TTL (lease + 1 s) must not remove them
     before the cleanup under test sees the expired entries on a slow machine.
+    ``client`` is a plain Redis or RedisCluster client.
     """
-    deadline = 0.0
     for keys in partitions:
         for key in (keys.timeouts, keys.owners, keys.holds):
-            raw_redis.persist(key)
-        scores = raw_redis.zrange(keys.timeouts, 0, -1, withscores=True)
+            client.persist(key)
+        scores = client.zrange(keys.timeouts, 0, -1, withscores=True)
         assert scores, f"no lease in {keys.base}"
-        deadline = max([deadline, *(score for _, score in scores)])
-    while True:
-        seconds, micros = raw_redis.time()
-        left_ms = deadline + 1 - (seconds * 1000 + micros / 1000)
-        if left_ms < 0:
-            return
-        time.sleep(left_ms / 1000)
+        deadline = max(score for _, score in scores) + 1
+        while (left_ms := deadline - _server_ms(client, keys.timeouts)) >= 0:
+            time.sleep(left_ms / 1000)
 
 
 def run(*args, **options):
@@ -105,6 +109,27 @@ def test_unconfigured_semaphores_under_the_prefix_are_cleaned(raw_redis):
     assert "retired_old (not in SEMAPHORES): removed 2 expired entries from 1 partitions." in lines
     assert lines[-1] == "Removed 2 expired entries from 4 semaphores."
     assert raw_redis.zcard(retired.partition().timeouts) == 0
+
+
+@pytest.mark.parametrize("backend", ["cluster"], indirect=True)
+def test_cleanup_scans_every_primary_of_a_cluster(backend, backend_redis):
+    per_ip = semaphores["per-ip"]
+    addresses = [f"192.0.2.{n}" for n in range(12)]
+    for address in addresses:
+        assert per_ip.acquire(key=address)
+    partitions = [per_ip.partition(address) for address in addresses]
+    nodes = {backend_redis.get_node_from_key(keys.timeouts).name for keys in partitions}
+    assert len(nodes) > 1  # the partitions are spread over several primaries
+    live = semaphores["reports"].acquire()
+    wait_until_expired(backend_redis, *partitions)
+    assert run("sema_cleanup", "--dry-run", verbosity=2)[2] == (
+        "per-ip: would remove 12 expired entries from 12 partitions."
+    )
+    assert run("sema_cleanup")[-1] == "Removed 12 expired entries from 3 semaphores."
+    assert all(backend_redis.zcard(keys.timeouts) == 0 for keys in partitions)
+    assert [h.token for h in semaphores["reports"].holders()] == [live.token]
+    rows = [line.split() for line in run("sema_status")[2:]]
+    assert ["reports", "-", "2", "1", "1", "0"] in rows
 
 
 def test_unknown_semaphore_is_a_command_error():
