@@ -4,9 +4,12 @@ The browser tests (tests/test_admin_browser.py) drive the same pages in
 Chromium; these cover permissions, JSON, LogEntry and error paths fast.
 """
 
+from io import StringIO
+
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
 from django.urls import reverse
 
 from django_semaphore import semaphores
@@ -260,3 +263,9 @@ def test_a_semaphore_with_bad_settings_shows_its_error(client, viewer, settings)
     html = client.get(LIST_URL).content.decode()
     assert "SEMAPHORES[&#x27;broken&#x27;][&#x27;LIMIT&#x27;] is 0" in html
     assert 'data-semaphore="reports"' in html
+
+
+def test_the_migration_matches_the_model(db):
+    out = StringIO()
+    call_command("makemigrations", "django_semaphore", "--check", "--dry-run", stdout=out)
+    assert "No changes detected" in out.getvalue()
