@@ -87,7 +87,7 @@ def main(argv=None):
         from . import contention, cycles, rediscost, waiting, web
 
         say("cycles: floor, algorithms x holders, peers (interleaved rounds)")
-        results["cycles"] = cycles.measure(rounds=3 if quick else 7, seconds=0.1 if quick else 0.15)
+        results["cycles"] = cycles.measure(rounds=3 if quick else 7, seconds=0.08 if quick else 0.12)
         results["cycles"].pop("sems")
         say("Redis-side cost (INFO commandstats)")
         results["rediscost"] = rediscost.measure(rounds=60 if quick else 200)
@@ -98,7 +98,7 @@ def main(argv=None):
         results["contention"] = contention.measure(duration=0.5 if quick else 1.5)
         if not args.skip_web:
             say(f"Django end to end ({web.load_generator()})")
-            results["web"] = web.measure(server.url, rounds=2, seconds=1 if quick else 3)
+            results["web"] = web.measure(server.url, rounds=2 if quick else 3, seconds=1 if quick else 2)
             results["load_generator"] = web.load_generator()
         results["elapsed_s"] = time.monotonic() - started
         from .report import table

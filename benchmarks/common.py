@@ -44,24 +44,32 @@ def rate(fn, seconds, batch=25):
             return count / (now - start)
 
 
-def interleaved(contenders, rounds, seconds):
-    """Rates of every contender, measured in turn in each round (rotating the order).
+def interleaved(contenders, rounds, seconds, base="floor"):
+    """Rates of every contender, each measured right after a shorter run of ``base``.
 
-    Returns {name: [rate per round]}: the contenders share each round's
-    conditions, so per-round ratios cancel most of the machine's noise.
+    Returns ``(rates, relative)``: ``rates[name]`` is the rate per round, and
+    ``relative[name]`` the rate per round divided by the ``base`` rate measured
+    just before it.  The machine's load drifts (other jobs share the cores), so
+    a ratio to the adjacent floor is far steadier than a ratio of medians.
+    The order rotates from round to round.
     """
-    names = list(contenders)
+    names = [name for name in contenders if name != base]
     rates = {name: [0.0] * rounds for name in names}
+    relative = {name: [0.0] * rounds for name in names}
+    rates[base], relative[base] = [], [1.0] * rounds
     for r in range(rounds):
         shift = r % len(names)
         for name in names[shift:] + names[:shift]:
+            floor = rate(contenders[base], seconds / 2)
+            rates[base].append(floor)
             rates[name][r] = rate(contenders[name], seconds)
-    return rates
+            relative[name][r] = rates[name][r] / floor
+    return rates, relative
 
 
-def ratio(rates, name, base):
-    """Median over rounds of rates[name] / rates[base]."""
-    return median([a / b for a, b in zip(rates[name], rates[base], strict=False) if b])
+def ratio(relative, name, other):
+    """Median over rounds of relative[name] / relative[other] (each against its adjacent floor)."""
+    return median([a / b for a, b in zip(relative[name], relative[other], strict=True) if b])
 
 
 def sweep(intervals, limit):

@@ -140,7 +140,7 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
     for fn in contenders.values():  # warm up: scripts loaded, connections open
         for _ in range(50):
             fn()
-    rates = interleaved(contenders, rounds, seconds)
+    rates, relative = interleaved(contenders, rounds, seconds)
     result = {
         "rounds": rounds,
         "seconds": seconds,
@@ -154,17 +154,17 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
             key = (algorithm, holders)
             rows[holders] = {
                 "rate": median(rates[key]),
-                "vs_floor": ratio(rates, key, "floor"),
-                "vs_empty": ratio(rates, key, (algorithm, holder_counts[0])),
+                "vs_floor": ratio(relative, key, "floor"),
+                "vs_empty": ratio(relative, key, (algorithm, holder_counts[0])),
             }
         result["algorithms"][algorithm] = rows
     for name in ("script floor", "raw scripts", "lua, no signal receivers"):
         if name not in rates:
             continue
-        result[name] = {"rate": median(rates[name]), "vs_floor": ratio(rates, name, "floor")}
+        result[name] = {"rate": median(rates[name]), "vs_floor": ratio(relative, name, "floor")}
     for name in peer_fns:
-        result["peers"][name] = {"rate": median(rates[name]), "vs_floor": ratio(rates, name, "floor")}
+        result["peers"][name] = {"rate": median(rates[name]), "vs_floor": ratio(relative, name, "floor")}
     lua0 = ("lua", holder_counts[0])
-    result["lua_vs_fair_locked"] = ratio(rates, lua0, ("fair_locked", holder_counts[0]))
+    result["lua_vs_fair_locked"] = ratio(relative, lua0, ("fair_locked", holder_counts[0]))
     result["sems"] = sems
     return result
