@@ -63,7 +63,9 @@ class Lease:
     """A held slot. Release it, or refresh it before TIMEOUT runs out.
 
     ``token`` is a fencing token: strictly increasing per semaphore and
-    partition.  ``identifier`` names the slot in Redis.
+    partition.  ``identifier`` names the slot in Redis.  The lease belongs
+    to the process that acquired it: in a child forked while it was held,
+    ``refresh()`` and ``release()`` return False and leave the slot alone.
     """
 
     __slots__ = (
@@ -78,6 +80,7 @@ class Lease:
         "_config",
         "_done",
         "_lost",
+        "_pid",
         "__weakref__",
     )
 
@@ -93,6 +96,7 @@ class Lease:
         self._config = config
         self._done = False
         self._lost = False
+        self._pid = os.getpid()
 
     def __repr__(self):
         return f"<Lease {self.semaphore.name!r} token={self.token} key={self.key!r}>"
@@ -150,28 +154,28 @@ class Lease:
 
         A lost slot is never re-acquired: the caller must stop relying on it.
         """
-        if self._done or self._lost:
+        if self._done or self._lost or self._pid != os.getpid():
             return False
         op = self._algorithm().refresh(self._keys, self._config.timeout_ms, self.identifier)
         return self._after_refresh(run(connection.get_client(), op))
 
     async def arefresh(self):
         """The asyncio twin of :meth:`refresh`."""
-        if self._done or self._lost:
+        if self._done or self._lost or self._pid != os.getpid():
             return False
         op = self._algorithm().refresh(self._keys, self._config.timeout_ms, self.identifier)
         return self._after_refresh(await arun(connection.get_async_client(), op))
 
     def release(self):
         """Give the slot back. True if it was still held, False if it had been lost."""
-        if self._done:
+        if self._done or self._pid != os.getpid():
             return False
         op = self._algorithm().release(self._keys, self._config.limit, self.identifier)
         return self._after_release(run(connection.get_client(), op))
 
     async def arelease(self):
         """The asyncio twin of :meth:`release`."""
-        if self._done:
+        if self._done or self._pid != os.getpid():
             return False
         op = self._algorithm().release(self._keys, self._config.limit, self.identifier)
         return self._after_release(await arun(connection.get_async_client(), op))

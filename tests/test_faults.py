@@ -6,6 +6,7 @@ restart or pause Redis use a redis-server of their own (``own_redis``).
 """
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -316,3 +317,54 @@ def test_sigstopped_holder_learns_it_lost_the_slot(subprocess_env, raw_redis):
     }
     assert successor.refresh() is True
     assert successor.release() is True
+
+
+# -- fork() while holding ---------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_forked_child_neither_renews_nor_releases(raw_redis):
+    """A child forked while the parent holds a watched lease leaves that lease alone.
+
+    The child inherits the lease object and the watchdog's state; it finds no
+    watch to renew (the watchdog forgets the parent's leases after fork) and its
+    refresh() and release() return False without touching Redis, so unwinding a
+    ``with sem.hold()`` block in the child releases nothing.  The parent stops its own watch at the fork, so
+    only the child could have renewed the lease: it must expire on time.
+    """
+    from django_semaphore import refresh
+
+    sem = Semaphore("forked", limit=1, timeout=1.5)
+    lease = sem.acquire()
+    handle = refresh.watch(lease)
+    first = lease.expires_ms
+    wait_until(lambda: lease.expires_ms > first, timeout=5, message="a renewal by the parent's watchdog")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, try everything, exit without running the parent's teardown
+        try:
+            os.close(read_end)
+            report = {
+                "watches": refresh.watchdog().count(),
+                "refresh": lease.refresh(),
+                "release": lease.release(),  # what leaving ``with sem.hold()`` does
+            }
+            time.sleep(2.0)  # a watchdog of the child would have renewed by now
+            report["watches_later"] = refresh.watchdog().count()
+            os.write(write_end, json.dumps(report).encode())
+        finally:
+            os._exit(0)
+    handle.stop()  # the parent stops renewing: only the child could renew now
+    os.close(write_end)
+    expires = float(raw_redis.zscore(lease._keys.timeouts, lease.identifier))
+    with os.fdopen(read_end) as pipe:
+        report = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert report == {"watches": 0, "refresh": False, "release": False, "watches_later": 0}
+    # Not renewed by the child (its expiry has not moved) and not released by it:
+    # it is still the holder until it expires, then the slot is free.
+    score = raw_redis.zscore(lease._keys.timeouts, lease.identifier)
+    assert score is None or float(score) == expires
+    assert lease.lost is False and lease.released is False
+    wait_until(lambda: sem.available() == 1, timeout=5, message="the lease expiring")
+    assert lease.refresh() is False and lease.lost is True
