@@ -12,7 +12,7 @@ import uuid
 
 from django_semaphore import Semaphore, connection
 
-from .common import ALGORITHMS
+from .common import ALGORITHMS, median
 from .cycles import LEASE, fill
 
 # Listing 11.8, verbatim apart from whitespace.
@@ -50,7 +50,8 @@ def measure(rounds, holder_counts=(10, 1000, 10000)):
             client.zadd(seed_key, {f"fill{i}": now for i in range(holders)})
         for _ in range(20):  # warm-up
             sem.acquire().release()
-        totals = {"acquire": [0, 0], "release": [0, 0], "seed_acquire": [0, 0], "seed_release": [0, 0]}
+        batches = {"acquire": [], "release": [], "seed_acquire": [], "seed_release": []}
+        ratios = []
         for _ in range(rounds):
             s0 = _usec(client)
             leases = [sem.acquire() for _ in range(BATCH)]
@@ -73,10 +74,13 @@ def measure(rounds, holder_counts=(10, 1000, 10000)):
                 "seed_release": (s4, s3, "zrem"),
             }.items():
                 usec, calls = _delta(after, before, command)
-                totals[name][0] += usec
-                totals[name][1] += calls
-        row = {name: usec / calls for name, (usec, calls) in totals.items() if calls}
-        row["ratio"] = row["acquire"] / row["seed_acquire"]
+                batches[name].append(usec / calls)
+            if batches["seed_acquire"][-1]:
+                ratios.append(batches["acquire"][-1] / batches["seed_acquire"][-1])
+        # Medians over batches: a burst from another process on the machine
+        # spoils a batch, not the figure.
+        row = {name: median(values) for name, values in batches.items()}
+        row["ratio"] = median(ratios)
         result[holders] = row
         client.delete(seed_key)
     return result
@@ -99,13 +103,12 @@ def per_cycle(rounds=100):
         )
         for _ in range(20):
             sem.acquire().release()
-        usec = cycles = 0
+        per_batch = []
         for _ in range(rounds):
             before = _usec(client)
             for _ in range(BATCH):
                 sem.acquire().release()
             after = _usec(client)
-            usec += sum(_delta(after, before, c)[0] for c in TOP_LEVEL)
-            cycles += BATCH
-        result[algorithm] = usec / cycles
+            per_batch.append(sum(_delta(after, before, c)[0] for c in TOP_LEVEL) / BATCH)
+        result[algorithm] = median(per_batch)
     return result
