@@ -182,3 +182,46 @@ def test_ad_hoc_names_are_bounded_and_labels_always_valid(client, configured, mo
     assert delta(before, samples, "django_semaphore_acquisitions_total", semaphore="_other") == 1
     assert value(samples, "django_semaphore_limit", semaphore="odd-\\ud800-name") == 1
     assert value(samples, "django_semaphore_limit", semaphore="extra") == 0  # beyond the bound
+
+
+_CHILD = """
+import os, sys
+import django
+django.setup()
+from django.test import RequestFactory, override_settings
+from django_semaphore import semaphores
+from django_semaphore.metrics import metrics_view
+override_settings(SEMAPHORES={"reports": {"LIMIT": 2, "TIMEOUT": 300}}).enable()
+if sys.argv[1] == "hold":  # exits holding the slot (it expires after TIMEOUT)
+    assert semaphores["reports"].acquire() is not None
+elif sys.argv[1] == "refused":
+    assert semaphores["reports"].acquire() is None
+else:
+    sys.stdout.write(metrics_view(RequestFactory().get("/metrics/")).content.decode())
+"""
+
+
+def test_multiprocess_mode_adds_up_every_process(subprocess_env, tmp_path):
+    """Under PROMETHEUS_MULTIPROC_DIR the scrape counts what other processes did."""
+    import subprocess
+    import sys
+
+    env = {**subprocess_env, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for role in ("hold", "hold", "refused"):  # three worker processes, one after the other
+        subprocess.run([sys.executable, "-c", _CHILD, role], env=env, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, "scrape"],
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    ).stdout
+    samples = {}
+    for family in text_string_to_metric_families(out):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    assert value(samples, "django_semaphore_acquisitions_total", semaphore="reports") == 2
+    assert value(samples, "django_semaphore_refusals_total", semaphore="reports") == 1
+    assert value(samples, "django_semaphore_holders", semaphore="reports") == 2
+    assert value(samples, "django_semaphore_up") == 1
