@@ -33,6 +33,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from . import refresh
 from .exceptions import SemaphoreBackendError, SemaphoreFull
 
 if TYPE_CHECKING:
@@ -75,15 +76,6 @@ def _in_context(lease: Lease) -> Iterator[None]:
         yield
     finally:
         _held.reset(token)
-
-
-def _watchdog() -> Any:
-    """The lease watchdog module, or None while it is not installed."""
-    try:
-        from . import refresh
-    except ImportError:
-        return None
-    return refresh if hasattr(refresh, "watching") else None
 
 
 class Guard:
@@ -202,8 +194,7 @@ class Guard:
 
     @contextlib.contextmanager
     def _watch(self, lease: Lease) -> Iterator[None]:
-        refresh = _watchdog() if self._refreshes() else None
-        if refresh is None:
+        if not self._refreshes():
             yield
             return
         with refresh.watching(lease):
@@ -211,8 +202,7 @@ class Guard:
 
     @contextlib.asynccontextmanager
     async def _awatch(self, lease: Lease) -> AsyncIterator[None]:
-        refresh = _watchdog() if self._refreshes() else None
-        if refresh is None:
+        if not self._refreshes():
             yield
             return
         async with refresh.awatching(lease):

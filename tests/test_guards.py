@@ -291,6 +291,25 @@ def test_watchdog_keeps_the_slot_for_the_whole_run():
     assert lease.expires_ms > first_expiry  # renewed by the watchdog
 
 
+@pytest.mark.asyncio
+async def test_watchdog_keeps_the_slot_of_an_async_function():
+    sem = Semaphore("long-async-run", limit=1, timeout=1)
+
+    @sem
+    async def slow():
+        lease = current_lease()
+        first_expiry = lease.expires_ms
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert [h.identifier for h in await sem.aholders()] == [lease.identifier]
+            await asyncio.sleep(0.1)
+        return lease, first_expiry
+
+    lease, first_expiry = await slow()
+    assert not lease.lost and lease.released
+    assert lease.expires_ms > first_expiry
+
+
 # -- a Celery-style task, run by a plain worker loop ------------------------------
 
 
