@@ -162,6 +162,12 @@ def test_backend_failures_are_counted_and_scrape_still_answers(client, configure
     assert failures == 2  # the acquire, then the scrape's own SCAN
 
 
+def test_unusable_settings_do_not_break_the_scrape(client, configured, settings):
+    settings.SEMAPHORE_KEY_PREFIX = "bad prefix{}"  # system check E014
+    samples = scrape(client)
+    assert value(samples, "django_semaphore_up") == 0
+
+
 def test_openmetrics_when_asked(client, configured):
     response = client.get("/metrics/", HTTP_ACCEPT="application/openmetrics-text; version=1.0.0")
     assert response["Content-Type"].startswith("application/openmetrics-text")

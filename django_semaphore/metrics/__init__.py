@@ -34,6 +34,7 @@ series); partitions are aggregated per semaphore.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -46,6 +47,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
         'django_semaphore.metrics needs prometheus-client: pip install "django-semaphore[prometheus]"'
     ) from exc
 
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -60,6 +62,8 @@ if TYPE_CHECKING:
     from ..core import Lease, Semaphore
 
 __all__ = ["SemaphoreCollector", "install", "metrics_view", "track"]
+
+logger = logging.getLogger("django_semaphore")
 
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, float("inf"))
 
@@ -229,7 +233,9 @@ class SemaphoreCollector(Collector):
         limit, holders, busiest, waiting, partitions, up = self._families()
         try:
             rows = read_partitions(self.semaphores())
-        except SemaphoreError:
+        except (SemaphoreError, ImproperlyConfigured) as exc:
+            # The scrape still answers (with up 0): the counters stay visible.
+            logger.warning("Semaphore gauges not read from Redis: %s", exc)
             rows = None
         for semaphore, statuses in rows or ():
             name = [_printable(semaphore.name)]
