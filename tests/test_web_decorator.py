@@ -7,6 +7,8 @@ import threading
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.signals import request_finished
+from django.db import close_old_connections
 from django.http import HttpResponse
 from django.test import RequestFactory
 
@@ -318,8 +320,18 @@ def test_callable_key():
         return HttpResponse("ok")
 
     response = view(RequestFactory().get("/?k=abc"))
-    response.close()
+    close(response)
     assert seen == ["abc"]
+    assert semaphores["web-one"].available() == 1
+
+
+def close(response):
+    """Close like a server would, without request_finished touching the test database."""
+    request_finished.disconnect(close_old_connections)
+    try:
+        response.close()
+    finally:
+        request_finished.connect(close_old_connections)
 
 
 # -- stacking -------------------------------------------------------------------------------
