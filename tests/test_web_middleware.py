@@ -2,6 +2,7 @@
 
 import json
 import logging
+import threading
 
 import pytest
 
@@ -105,9 +106,19 @@ def test_exception_in_a_guarded_view_releases(client, settings):
 
 @pytest.mark.asyncio
 async def test_async_stack(async_client, settings):
-    response = await async_client.get("/web/mw/apath/?sleep=0")
+    threads = []
+
+    def where(sender, **kwargs):
+        threads.append(threading.get_ident())
+
+    signals.acquired.connect(where)
+    try:
+        response = await async_client.get("/web/mw/apath/?sleep=0")
+    finally:
+        signals.acquired.disconnect(where)
     assert response.status_code == 200
     assert leases(response) == ["mw-path"]
+    assert threads == [threading.get_ident()]  # on the event loop, not in a thread
     held = await semaphores["mw-path"].aacquire()
     assert (await async_client.get("/web/mw/apath/?sleep=0")).status_code == 429
     await held.arelease()
