@@ -14,7 +14,7 @@ from redis.exceptions import RedisError
 from . import conf, connection, signals, waiting
 from .algorithms import ALGORITHMS, Granted, purge, status
 from .algorithms import holders as holders_op
-from .exceptions import SemaphoreFull
+from .exceptions import SemaphoreBackendError, SemaphoreFull
 from .keys import PartitionKeys, partition_keys_from_timeouts, timeouts_pattern
 from .scripting import _backend_error, arun, run
 
@@ -284,7 +284,17 @@ class Semaphore:
         started = time.monotonic()
         config, wait, keys, identifier, meta_json = self._prepare(key, wait, meta)
         client = connection.get_client()
-        outcome = run(client, self._operation(config, wait, keys, identifier, meta_json, client))
+        try:
+            outcome = run(client, self._operation(config, wait, keys, identifier, meta_json, client))
+        except SemaphoreBackendError:
+            raise
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, a timeout from outside): the slot
+            # may have been granted with the reply unread, and a waiter's ticket
+            # would hold up the queue until it expires. Give both back now.
+            with contextlib.suppress(Exception):
+                run(client, _forget(config, keys, identifier))
+            raise
         return self._outcome(outcome, config, key, keys, identifier, started)
 
     async def atry_acquire(self, key=None, wait=None, meta=None):
@@ -292,7 +302,14 @@ class Semaphore:
         started = time.monotonic()
         config, wait, keys, identifier, meta_json = self._prepare(key, wait, meta)
         client = connection.get_async_client()
-        outcome = await arun(client, self._operation(config, wait, keys, identifier, meta_json, client))
+        try:
+            outcome = await arun(client, self._operation(config, wait, keys, identifier, meta_json, client))
+        except SemaphoreBackendError:
+            raise
+        except BaseException:  # cancelled: see try_acquire
+            with contextlib.suppress(Exception):
+                await arun(client, _forget(config, keys, identifier))
+            raise
         return self._outcome(outcome, config, key, keys, identifier, started)
 
     def acquire(self, key=None, wait=None, meta=None):
@@ -440,6 +457,14 @@ class Semaphore:
     def __call__(self, func):
         """``@semaphore`` on a function: ``self.guard()(func)``."""
         return self.guard()(func)
+
+
+def _forget(config, keys, identifier):
+    """Undo an interrupted acquire: release a slot it may hold, drop its ticket."""
+    algorithm = ALGORITHMS[config.algorithm]
+    yield from algorithm.release(keys, config.limit, identifier)
+    if algorithm.queues:
+        yield from algorithm.abandon(keys, config.limit, identifier)
 
 
 def _scan(client, pattern):
