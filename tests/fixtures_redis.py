@@ -78,6 +78,14 @@ def delete_prefix(client, prefix):
     return len(keys)
 
 
+def _close_async_clients():
+    """Close the asyncio clients of loops still open (an unclosed cluster client logs an error)."""
+    for loop, client in list(connection._async_clients.items()):
+        if not loop.is_closed() and not loop.is_running():
+            loop.run_until_complete(client.aclose())
+    connection.reset()
+
+
 @pytest.fixture
 def backend(request, settings, key_prefix):
     """The Redis topology of this run: "single" or "cluster" (SEMAPHORE_REDIS set accordingly)."""
@@ -86,6 +94,7 @@ def backend(request, settings, key_prefix):
         client = request.getfixturevalue("cluster_client")
         settings.SEMAPHORE_REDIS = {"URL": cluster.url, "CLUSTER": True}
         yield "cluster"
+        _close_async_clients()
         delete_prefix(client, key_prefix)
     else:
         yield "single"
