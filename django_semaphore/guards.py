@@ -33,7 +33,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from . import refresh
+from . import refresh as watchdog
 from .exceptions import SemaphoreBackendError, SemaphoreFull
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ class Guard:
         if not self._refreshes():
             yield
             return
-        with refresh.watching(lease):
+        with watchdog.watching(lease):
             yield
 
     @contextlib.asynccontextmanager
@@ -205,5 +205,5 @@ class Guard:
         if not self._refreshes():
             yield
             return
-        async with refresh.awatching(lease):
+        async with watchdog.awatching(lease):
             yield
