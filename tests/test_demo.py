@@ -129,6 +129,28 @@ def test_burst_shows_200s_and_429s_with_retry_after(demo, browser):
 
 
 @pytest.mark.browser
+@pytest.mark.parametrize(
+    ("target", "semaphore", "limit"), [("/api/items/", "api", 3), ("/async/", "async-work", 2)]
+)
+def test_burst_at_the_middleware_and_the_async_view(demo, browser, target, semaphore, limit):
+    from playwright.sync_api import expect
+
+    with new_page(browser) as page:
+        page.goto(demo["url"] + "/")
+        page.select_option("#burst-target", target)
+        page.get_by_role("button", name="Fire 10 requests at once").click()
+        expect(page.locator("#burst-summary[data-done]")).to_contain_text("Done:", timeout=60_000)
+        rows = page.locator("#burst-results tbody tr")
+        statuses = [int(s) for s in rows.evaluate_all("rows => rows.map(r => r.dataset.status)")]
+        bodies = rows.locator("td:nth-child(5)").all_inner_texts()
+    # Six requests in flight at once: LIMIT of them served, the rest of those six refused.
+    assert statuses.count(200) >= limit and statuses.count(429) >= 6 - limit, statuses
+    assert statuses.count(200) + statuses.count(429) == 10, statuses
+    refused = [body for body, status in zip(bodies, statuses, strict=True) if status == 429]
+    assert set(refused) == {f"semaphore_full ({semaphore})"}, bodies
+
+
+@pytest.mark.browser
 def test_streaming_download_holds_its_slot_until_the_last_byte(demo, browser):
     with new_page(browser) as page:
         page.goto(demo["url"] + "/")
