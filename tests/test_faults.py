@@ -65,11 +65,21 @@ def test_restart_without_persistence_during_traffic(own_redis, lost):
     thread = threading.Thread(target=traffic, daemon=True)
     thread.start()
     wait_until(lambda: outcomes["granted"] >= 20, message="traffic before the restart")
+    errors_before = outcomes["errors"]
+    stopping = time.monotonic()
     own_redis.restart()
+    restarted = time.monotonic()
     granted = outcomes["granted"]
+    wait_until(lambda: outcomes["granted"] > granted, message="a grant after the restart")
+    first_grant = time.monotonic()
     wait_until(lambda: outcomes["granted"] >= granted + 20, message="traffic after the restart")
     stop.set()
     thread.join(10)
+    print(
+        f"RESTART FIGURES: server down and up in {restarted - stopping:.2f}s, "
+        f"{outcomes['errors'] - errors_before} failed calls, first grant "
+        f"{first_grant - restarted:.3f}s after the server was back"
+    )
 
     # The next call on the engine's own client succeeds (a stale pooled
     # connection is retried once on a fresh one) and the scripts reload.
