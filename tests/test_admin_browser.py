@@ -200,3 +200,16 @@ def test_anonymous_is_sent_to_the_login_page(browser, live_server):
             re.compile(r"/admin/login/\?next=/admin/django_semaphore/semaphore/reports/$")
         )
         expect(page.locator("#id_username")).to_be_visible()
+
+
+@pytest.mark.django_db(transaction=False)
+def test_a_missing_browser_skips_locally_and_fails_in_ci(monkeypatch):
+    from tests import browser
+
+    monkeypatch.setattr(browser, "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.delenv("SEMAPHORE_REQUIRE_BROWSER", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium"), browser.chromium():
+        pass
+    monkeypatch.setenv("SEMAPHORE_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="SEMAPHORE_REQUIRE_BROWSER=1"), browser.chromium():
+        pass
