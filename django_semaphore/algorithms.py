@@ -39,14 +39,15 @@ LOCK_ACQUIRE_TIMEOUT = 0.01  # seconds, as the seeds' acquire_semaphore_with_loc
 LOCK_TIMEOUT_MS = 1000
 
 
-@dataclass(frozen=True, slots=True)
+# Outcomes: slotted, not frozen (built once per acquire; see scripting.Script).
+@dataclass(slots=True)
 class Granted:
     token: int
     acquired_ms: int
     expires_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Refused:
     retry_after_ms: int
     ahead: int = 0

@@ -40,7 +40,12 @@ def _read(filename):
     return resources.files("django_semaphore").joinpath("scripts", filename).read_text("utf-8")
 
 
-@dataclass(frozen=True, slots=True)
+# The requests are plain slotted dataclasses, not frozen ones: one is built
+# per Redis call, and a frozen dataclass's __init__ (object.__setattr__ per
+# field) costs four times as much.  Nothing mutates them.
+
+
+@dataclass(slots=True)
 class Script:
     """Run ``script`` with ``keys`` and ``args``."""
 
@@ -49,7 +54,7 @@ class Script:
     args: tuple
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Pipe:
     """Send ``commands`` (tuples) in one round trip, as MULTI/EXEC if ``transaction``."""
 
@@ -57,14 +62,14 @@ class Pipe:
     transaction: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Command:
     """Send one command (a tuple of its words) and return its reply."""
 
     args: tuple
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sleep:
     """Pause for ``seconds`` (time.sleep or asyncio.sleep, as the driver is)."""
 
