@@ -4,6 +4,8 @@ The browser tests (tests/test_admin_browser.py) drive the same pages in
 Chromium; these cover permissions, JSON, LogEntry and error paths fast.
 """
 
+import threading
+import time
 from io import StringIO
 
 import pytest
@@ -269,3 +271,28 @@ def test_the_migration_matches_the_model(db):
     out = StringIO()
     call_command("makemigrations", "django_semaphore", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
+
+
+def test_waiting_callers_are_counted(client, viewer, settings):
+    settings.SEMAPHORES = {**SEMAPHORES, "queued": {"LIMIT": 1, "TIMEOUT": 30, "WAIT": 30}}
+    queued = semaphores["queued"]
+    holder = queued.acquire()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(queued.acquire()))
+    waiter.start()
+    try:
+        client.force_login(viewer)
+        deadline = time.monotonic() + 30
+        while True:  # until the waiter has queued (it shows in Redis, not in a sleep)
+            data = client.get(LIST_URL + "status.json").json()
+            (partition,) = {s["name"]: s for s in data["semaphores"]}["queued"]["partitions"]
+            if partition["waiting"] == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert (partition["in_use"], partition["free"], partition["waiting"]) == (1, 0, 1)
+        assert "1 of 1 in use · 0 free · 1 waiting" in client.get(LIST_URL + "queued/").content.decode()
+    finally:
+        holder.release()
+        waiter.join(30)
+    assert got and got[0] is not None
+    got[0].release()
