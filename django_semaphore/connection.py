@@ -63,7 +63,10 @@ def _url_options(value, retry_class=Retry):
     options = {**DEFAULT_OPTIONS, **value.get("OPTIONS", {})}
     # An asyncio client needs redis.asyncio's Retry: given the sync one it
     # silently never retries, and the first call after a restart fails.
-    options.setdefault("retry", retry_class(NoBackoff(), 1))
+    # Only a dropped connection is retried (a stale pooled one after a
+    # restart fails at once); a timeout is not, so an unresponsive server
+    # fails the call within one socket timeout, not two.
+    options.setdefault("retry", retry_class(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)))
     return options
 
 
@@ -114,7 +117,7 @@ def _async_from_sync(sync_client):
         kwargs["unix_socket_path"] = pool.connection_kwargs["path"]
     if issubclass(pool.connection_class, redis.SSLConnection):
         kwargs["ssl"] = True
-    kwargs["retry"] = AsyncRetry(NoBackoff(), 1)
+    kwargs["retry"] = AsyncRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
     return redis.asyncio.Redis(**kwargs)
 
 

@@ -198,7 +198,10 @@ def test_script_flush_inside_a_multi_step_operation(backend, backend_redis, algo
 
 def test_client_pause_retry_uses_one_slot(own_redis, settings):
     """A timed-out acquire is retried by redis-py on a fresh connection; one slot is used."""
-    settings.SEMAPHORE_REDIS = {"URL": own_redis.url, "OPTIONS": {"socket_timeout": 1.0}}
+    # The engine does not retry timeouts by itself (an unresponsive server must
+    # fail fast); an application that wants it configures redis-py to.
+    retry = Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError, redis.TimeoutError))
+    settings.SEMAPHORE_REDIS = {"URL": own_redis.url, "OPTIONS": {"socket_timeout": 1.0, "retry": retry}}
     sem = Semaphore("paused", limit=2, timeout=30)
     warm = sem.acquire()  # load the scripts before the pause
     assert warm.release()
