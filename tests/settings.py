@@ -2,8 +2,18 @@
 
 import os
 
+from django.core.exceptions import ImproperlyConfigured
+
 BASE_DIR = os.path.dirname(os.path.abspath(__file__))
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
+
+# Never fall back to a server the suite did not start (a Redis on 6379 may be
+# someone's): the root conftest.py starts one and sets REDIS_URL.
+REDIS_URL = os.environ.get("REDIS_URL")
+if not REDIS_URL:
+    raise ImproperlyConfigured(
+        "tests.settings needs REDIS_URL: run the suite with pytest from the project root "
+        "(conftest.py starts a throwaway redis-server), or set REDIS_URL to a server of yours."
+    )
 
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
