@@ -1,14 +1,18 @@
 """The engine: Semaphore, Lease and Holder. No HTTP code lives here."""
 
+import collections
 import contextlib
 import datetime
 import json
 import math
 import os
 import socket
+import threading
 import time
 from typing import NamedTuple
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from redis.exceptions import RedisError
 
 from . import conf, connection, signals, waiting
@@ -286,7 +290,10 @@ class Semaphore:
         client = connection.get_client()
         try:
             outcome = run(client, self._operation(config, wait, keys, identifier, meta_json, client))
+            if _unanswered and _forget_unanswered(client, keys) and not isinstance(outcome, Granted):
+                outcome = run(client, self._operation(config, 0, keys, identifier, meta_json, client))
         except SemaphoreBackendError:
+            _unanswered.add(config, keys, identifier)
             raise
         except BaseException:
             # Interrupted (KeyboardInterrupt, a timeout from outside): the slot
@@ -304,7 +311,10 @@ class Semaphore:
         client = connection.get_async_client()
         try:
             outcome = await arun(client, self._operation(config, wait, keys, identifier, meta_json, client))
+            if _unanswered and await _aforget_unanswered(client, keys) and not isinstance(outcome, Granted):
+                outcome = await arun(client, self._operation(config, 0, keys, identifier, meta_json, client))
         except SemaphoreBackendError:
+            _unanswered.add(config, keys, identifier)
             raise
         except BaseException:  # cancelled: see try_acquire
             with contextlib.suppress(Exception):
@@ -457,6 +467,94 @@ class Semaphore:
     def __call__(self, func):
         """``@semaphore`` on a function: ``self.guard()(func)``."""
         return self.guard()(func)
+
+
+class _Unanswered:
+    """Acquires that failed on a backend error, whose script may still run.
+
+    A hung Redis (paused, or behind a stalled network) executes the commands it
+    had buffered once it resumes: an acquire the client gave up on can then
+    grant a slot that nobody will release before TIMEOUT.  The next acquire
+    that reaches Redis in this process gives those slots (and tickets) back,
+    and if it was refused while one of them held a slot of its own partition,
+    tries once more.  Best effort: a buffered acquire that Redis runs after
+    that is not seen.  Entries older than their TIMEOUT are dropped.
+    """
+
+    MAX = 1000
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._items = collections.deque(maxlen=self.MAX)
+
+    def __bool__(self):
+        return bool(self._items)
+
+    def add(self, config, keys, identifier):
+        with self._lock:
+            self._items.append((time.monotonic() + config.timeout + 1, config, keys, identifier))
+
+    def take(self):
+        now = time.monotonic()
+        with self._lock:
+            items = [item for item in self._items if item[0] > now]
+            self._items.clear()
+        return items
+
+    def put_back(self, items):
+        with self._lock:
+            self._items.extendleft(reversed(items))
+
+    def clear(self):
+        self._lock = threading.Lock()
+        self._items = collections.deque(maxlen=self.MAX)
+
+
+_unanswered = _Unanswered()
+os.register_at_fork(after_in_child=_unanswered.clear)
+
+
+@receiver(setting_changed)
+def _forget_other_servers(*, setting, **kwargs):
+    # Entries about another server or key prefix are of no use any more.
+    if setting in ("SEMAPHORE_REDIS", "CACHES", "SEMAPHORE_KEY_PREFIX"):
+        _unanswered.clear()
+
+
+def _forget_and_report(config, keys, identifier):
+    algorithm = ALGORITHMS[config.algorithm]
+    held = yield from algorithm.release(keys, config.limit, identifier)
+    if algorithm.queues:
+        yield from algorithm.abandon(keys, config.limit, identifier)
+    return held
+
+
+def _forget_unanswered(client, keys):
+    """Give back what unanswered acquires took; True if one held a slot of ``keys``."""
+    freed = False
+    items = _unanswered.take()
+    for index, (_, config, orphan_keys, identifier) in enumerate(items):
+        try:
+            held = run(client, _forget_and_report(config, orphan_keys, identifier))
+        except SemaphoreBackendError:
+            _unanswered.put_back(items[index:])
+            break
+        freed = freed or (held and orphan_keys == keys)
+    return freed
+
+
+async def _aforget_unanswered(client, keys):
+    """The asyncio twin of :func:`_forget_unanswered`."""
+    freed = False
+    items = _unanswered.take()
+    for index, (_, config, orphan_keys, identifier) in enumerate(items):
+        try:
+            held = await arun(client, _forget_and_report(config, orphan_keys, identifier))
+        except SemaphoreBackendError:
+            _unanswered.put_back(items[index:])
+            break
+        freed = freed or (held and orphan_keys == keys)
+    return freed
 
 
 def _forget(config, keys, identifier):

@@ -14,9 +14,12 @@ The sync and async paths share every decision here; only the Redis calls differ.
 """
 
 import logging
+import threading
 import weakref
 from dataclasses import dataclass
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.functional import empty
 from django.utils.module_loading import import_string
 from redis.exceptions import RedisError
@@ -185,24 +188,76 @@ def refused_response(request, exc):
     return reject_view()(request, exc)
 
 
+class _Bursts:
+    """Which Redis servers are failing now, so that a burst of failures logs one warning.
+
+    The first failure of a burst is logged at WARNING (fail open) or ERROR
+    (fail closed); the next ones, until a request gets through to Redis again,
+    at DEBUG, so a dead Redis under load does not flood the logs.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._failing = set()
+
+    def failed(self, server):
+        """Record a failure; True if it starts a new burst."""
+        with self._lock:
+            if server in self._failing:
+                return False
+            self._failing.add(server)
+            return True
+
+    def succeeded(self):
+        """Redis answered: end every burst; the servers that were failing."""
+        if not self._failing:  # the common case, without the lock
+            return ()
+        with self._lock:
+            ended, self._failing = self._failing, set()
+        return ended
+
+    def reset(self):
+        with self._lock:
+            self._failing = set()
+
+
+bursts = _Bursts()
+
+
+@receiver(setting_changed)
+def _reset_bursts(*, setting, **kwargs):
+    if setting in ("SEMAPHORE_REDIS", "CACHES"):
+        bursts.reset()
+
+
+def backend_recovered():
+    """Log that Redis answers again, once per burst of failures."""
+    for server in bursts.succeeded():
+        logger.info("Redis at %s answers again; semaphores guard requests again.", server or "?")
+
+
 def backend_failure(request, names, exc):
-    """Log one line; return the 503 response when failing closed, None under SEMAPHORE_FAIL_OPEN."""
+    """Log the failure; return the 503 response when failing closed, None under SEMAPHORE_FAIL_OPEN.
+
+    One line per failure: WARNING / ERROR for the first of a burst, DEBUG for
+    the next ones until Redis answers again.
+    """
     if not isinstance(exc, SemaphoreBackendError):
         exc = SemaphoreBackendError(f"Redis failed: {type(exc).__name__}: {exc}")
-    if conf.setting("SEMAPHORE_FAIL_OPEN"):
-        logger.warning(
-            "Redis unreachable for semaphore(s) %s; %s runs UNGUARDED (SEMAPHORE_FAIL_OPEN): %s",
-            ", ".join(map(repr, names)),
-            _describe(request),
-            exc,
-        )
-        return None
-    logger.error(
-        "Redis unreachable for semaphore(s) %s; %s answered 503: %s",
+    first = bursts.failed(exc.server)
+    fail_open = conf.setting("SEMAPHORE_FAIL_OPEN")
+    level = (logging.WARNING if fail_open else logging.ERROR) if first else logging.DEBUG
+    logger.log(
+        level,
+        "Redis unreachable for semaphore(s) %s; %s %s: %s%s",
         ", ".join(map(repr, names)),
         _describe(request),
+        "runs UNGUARDED (SEMAPHORE_FAIL_OPEN)" if fail_open else "answered 503",
         exc,
+        " (further failures are logged at DEBUG until Redis answers again)" if first else "",
     )
+    if fail_open:
+        return None
     from .views import unavailable
 
     return unavailable(request, exc)
@@ -230,6 +285,7 @@ class Guard:
         return [lease for item, lease in zip(items, self.leases, strict=True) if item.config.auto_refresh]
 
     def _refused(self, item, retry_after):
+        backend_recovered()  # Redis answered
         exc = SemaphoreFull(item.semaphore.name, retry_after, item.key)
         return refused_response(self.request, exc)
 
@@ -257,6 +313,7 @@ class Guard:
         except BACKEND_ERRORS as exc:
             self._give_back()
             return self._failed(exc)
+        backend_recovered()
         self.watches = [refresh.watch(lease) for lease in self._granted(items)]
         return None
 
@@ -301,6 +358,7 @@ class Guard:
         except BACKEND_ERRORS as exc:
             await self._agive_back()
             return self._failed(exc)
+        backend_recovered()
         leases = self._granted(items)
         if leases:
             self.async_watch = refresh.AsyncWatch(leases)

@@ -9,6 +9,7 @@ error).  The decorator and the middleware, sync and async, meet each.
 
 import json
 import logging
+import signal
 import socket
 import threading
 import time
@@ -174,3 +175,25 @@ def test_recovers_when_redis_returns(client, settings):
         server.start()
         assert client.get("/web/slow/?sleep=0").status_code == 200
         assert semaphores["web-slow"].available() == 2
+
+
+@pytest.mark.parametrize("path", ["/web/mw/path/", "/web/mw/apath/?sleep=0"])
+def test_no_ghost_holder_after_a_hung_redis_resumes(client, settings, path):
+    """A paused Redis runs the acquires it had buffered when it resumes; their
+    slots are given back by the next request that reaches it (LIMIT 1 here)."""
+    with RedisServer() as server:
+        settings.SEMAPHORE_REDIS = {
+            "URL": server.url,
+            "OPTIONS": {"socket_timeout": 0.5, "socket_connect_timeout": 0.5},
+        }
+        assert client.get(path).status_code == 200
+        server.process.send_signal(signal.SIGSTOP)
+        try:
+            for _ in range(3):
+                assert client.get(path).status_code == 503
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        assert server.ping()
+        response = client.get(path)
+        assert response.status_code == 200
+        assert semaphores["mw-path"].holders() == []
