@@ -66,6 +66,9 @@ async def _aguarded(view, needs, request, args, kwargs):
     except BaseException:
         await guard.arelease()
         raise
+    if not hasattr(response, "_resource_closers"):  # not an HttpResponse: Django refuses it
+        await guard.arelease()
+        return response
     return guard.hold_until_closed(response)
 
 
