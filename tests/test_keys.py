@@ -159,6 +159,20 @@ def test_a_shorter_lease_never_shortens_the_ttl_below_a_longer_one(raw_redis):
     _assert_fresh_ttl(raw_redis, [keys.timeouts, keys.owners, keys.holds], TIMEOUT * 1000, started)
 
 
+def test_the_waiting_queue_keys_outlive_a_lease_too(raw_redis):
+    sem = Semaphore("ttl-queue", limit=1, timeout=TIMEOUT)
+    keys = sem.partition()
+    sem.acquire()
+    started = time.monotonic()
+    assert sem.acquire(wait=0.05) is None  # queued, then gave up
+    thread_result = {}
+    thread = threading.Thread(target=lambda: thread_result.update(lease=sem.acquire(wait=2)))
+    thread.start()
+    wait_until(lambda: sem.status().waiting == 1, message="waiter queued")
+    _assert_fresh_ttl(raw_redis, [keys.queue, keys.queue_deadlines], TIMEOUT * 1000, started)
+    thread.join(10)
+
+
 def test_no_key_is_ever_left_without_a_ttl(raw_redis, key_prefix):
     # Exercise every kind of write: grants, refusals, waiters, refreshes, releases.
     for algorithm in ["lua", "fair_locked", "fair", "basic"]:

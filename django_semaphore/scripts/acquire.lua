@@ -84,8 +84,11 @@ if ticket > 0 then
     rank = waiting
   end
   redis.call('ZADD', KEYS[5], now + ticket, id)
-  redis.call('PEXPIRE', KEYS[4], ticket + 1000)
-  redis.call('PEXPIRE', KEYS[5], ticket + 1000)
+  -- Tickets expire one by one (KEYS[5]); the keys outlive the longest of a
+  -- ticket and a lease, as every key does (TTL >= TIMEOUT + 1 s).
+  local keep = math.max(ticket, lease) + 1000
+  redis.call('PEXPIRE', KEYS[4], keep)
+  redis.call('PEXPIRE', KEYS[5], keep)
 end
 local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 local retry = lease
