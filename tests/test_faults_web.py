@@ -16,7 +16,7 @@ from tests.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 
 from .helpers import wait_until
 
-SOCKET_TIMEOUT = 1.0
+SOCKET_TIMEOUT = 2.0
 PATHS = ["/web/slow/?sleep=0", "/web/mw/path/"]
 
 
@@ -60,7 +60,7 @@ def test_fail_closed_503_within_the_socket_timeout(client, stoppable_redis, path
         assert response.status_code == 503
         assert int(response["Retry-After"]) >= 1
         # One timed-out attempt (timeouts are not retried), with slack for a loaded machine.
-        assert elapsed < SOCKET_TIMEOUT + 0.9, elapsed
+        assert elapsed < SOCKET_TIMEOUT + 1.5, elapsed
         print(f"FAIL CLOSED: 503 after {elapsed:.2f}s (socket timeout {SOCKET_TIMEOUT}s)")
     stoppable_redis.resume_serving()
     # The acquires that timed out were still queued in Redis and ran when it
@@ -84,7 +84,9 @@ def test_fail_open_logs_once_per_failure_burst(client, stoppable_redis, path, se
             assert client.get(path).status_code == 200  # the view ran, unguarded
         first_burst = _warnings(caplog)
         stoppable_redis.resume_serving()
-        assert client.get(path).status_code == 200  # Redis is back: the burst ends
+        # Redis answers again: the burst ends. (A 429 is possible: acquires that
+        # timed out during the burst ran when Redis resumed and hold slots.)
+        assert client.get(path).status_code in (200, 429)
         stoppable_redis.stop_serving()
         for _ in range(3):
             assert client.get(path).status_code == 200
