@@ -478,7 +478,9 @@ class _Unanswered:
     that reaches Redis in this process gives those slots (and tickets) back,
     and if it was refused while one of them held a slot of its own partition,
     tries once more.  Best effort: a buffered acquire that Redis runs after
-    that is not seen.  Entries older than their TIMEOUT are dropped.
+    that is not seen.  Entries are kept until a call reaches Redis (at most
+    MAX), however old: a buffered acquire runs when Redis resumes, however
+    late, and the lease it grants lasts TIMEOUT from then.
     """
 
     MAX = 1000
@@ -495,9 +497,8 @@ class _Unanswered:
             self._items.append((time.monotonic() + config.timeout + 1, config, keys, identifier))
 
     def take(self):
-        now = time.monotonic()
         with self._lock:
-            items = [item for item in self._items if item[0] > now]
+            items = list(self._items)
             self._items.clear()
         return items
 

@@ -14,8 +14,6 @@ import pytest
 
 from tests.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 
-from .helpers import wait_until
-
 SOCKET_TIMEOUT = 2.0
 PATHS = ["/web/slow/?sleep=0", "/web/mw/path/"]
 
@@ -64,14 +62,9 @@ def test_fail_closed_503_within_the_socket_timeout(client, stoppable_redis, path
         print(f"FAIL CLOSED: 503 after {elapsed:.2f}s (socket timeout {SOCKET_TIMEOUT}s)")
     stoppable_redis.resume_serving()
     # The acquires that timed out were still queued in Redis and ran when it
-    # resumed: their slots are held by nobody until TIMEOUT ends them.
-    timeout = max(WEB_SEMAPHORES[name]["TIMEOUT"] for name in ("web-slow", "mw-path"))
-    resumed = time.monotonic()
-    status = wait_until(
-        lambda: client.get(path).status_code == 200, timeout=timeout + 2, interval=0.1, message="a 200"
-    )
-    assert status and time.monotonic() - resumed <= timeout + 2
-    print(f"FAIL CLOSED: first 200 {time.monotonic() - resumed:.2f}s after Redis resumed")
+    # resumed; the engine gives their slots back on its next call, so the
+    # next request is served at once.
+    assert client.get(path).status_code == 200
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -84,9 +77,7 @@ def test_fail_open_logs_once_per_failure_burst(client, stoppable_redis, path, se
             assert client.get(path).status_code == 200  # the view ran, unguarded
         first_burst = _warnings(caplog)
         stoppable_redis.resume_serving()
-        # Redis answers again: the burst ends. (A 429 is possible: acquires that
-        # timed out during the burst ran when Redis resumed and hold slots.)
-        assert client.get(path).status_code in (200, 429)
+        assert client.get(path).status_code == 200  # Redis answers again: the burst ends
         stoppable_redis.stop_serving()
         for _ in range(3):
             assert client.get(path).status_code == 200
