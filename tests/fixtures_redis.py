@@ -32,8 +32,27 @@ BACKENDS = ("single", "cluster")
 _services = itertools.count(os.getpid() * 1000)
 
 
-# A test that names one of these talks to the session's single server directly.
+# A test that uses one of these (itself or through its fixtures) talks to the
+# session's single server directly, so it runs on that backend only.
 SINGLE_SERVER_FIXTURES = frozenset({"raw_redis", "prefix_keys", "redis_url", "subprocess_env"})
+# key_prefix (autouse) only cleans up the session server; the backend fixture
+# cleans the cluster itself.
+_BACKEND_NEUTRAL = frozenset({"key_prefix"})
+
+
+def _uses_single_server(metafunc):
+    defs = metafunc._arg2fixturedefs
+    seen = set()
+
+    def uses(name):
+        if name in SINGLE_SERVER_FIXTURES:
+            return True
+        if name in seen or name in _BACKEND_NEUTRAL:
+            return False
+        seen.add(name)
+        return any(uses(arg) for fixturedef in defs.get(name, ()) for arg in fixturedef.argnames)
+
+    return any(uses(name) for name in metafunc.definition._fixtureinfo.initialnames)
 
 
 def pytest_generate_tests(metafunc):
@@ -42,8 +61,7 @@ def pytest_generate_tests(metafunc):
         for mark in metafunc.definition.iter_markers("parametrize"):
             if "backend" in str(mark.args[0]):
                 return  # the test chose its backends itself
-        direct = set(metafunc.definition._fixtureinfo.argnames)
-        params = BACKENDS if not direct & SINGLE_SERVER_FIXTURES else ("single",)
+        params = ("single",) if _uses_single_server(metafunc) else BACKENDS
         metafunc.parametrize("backend", params, indirect=True)
 
 
