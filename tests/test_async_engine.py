@@ -11,6 +11,9 @@ from django_semaphore.core import Holder, Lease
 
 ALGORITHMS = ["lua", "fair_locked", "fair", "basic"]
 
+# Every contract test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py).
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 async def until(predicate, timeout=10.0, message="condition"):
     """Await ``predicate()`` (a coroutine function) becoming true."""

@@ -15,6 +15,9 @@ from .helpers import wait_until
 
 ALGORITHMS = ["lua", "fair_locked", "fair", "basic"]
 
+# Every contract test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py).
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 @pytest.fixture
 def received():
