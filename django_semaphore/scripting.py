@@ -165,15 +165,35 @@ def run(client, operation):
         raise _backend_error(client, exc) from exc
 
 
+def _cancel_counter():
+    """The running task's count of cancel requests (Python 3.11+), as a callable."""
+    task = asyncio.current_task()
+    return getattr(task, "cancelling", None) or (lambda: 0)
+
+
 async def arun(client, operation):
-    """Drive an operation generator on an asyncio client; return its result."""
+    """Drive an operation generator on an asyncio client; return its result.
+
+    A cancellation is honoured even when redis-py loses it: its read path
+    catches the CancelledError, awaits a disconnect that can raise a
+    ConnectionError in its place, and its retry then sends the command again
+    (a cancelled waiter kept waiting for its whole WAIT). The task's count of
+    cancel requests survives that, so a count that grew during this call
+    means a cancel arrived and was not delivered. Clean-up run by a task
+    already cancelled before the call (releasing its slot) is not affected.
+    """
+    cancelling = _cancel_counter()
+    before = cancelling()
     try:
         request = next(operation)
         while True:
-            request = operation.send(await aexecute(client, request))
+            reply = await aexecute(client, request)
+            if cancelling() > before:
+                raise asyncio.CancelledError
+            request = operation.send(reply)
     except StopIteration as done:
         return done.value
-    except RedisError as exc:
-        raise _backend_error(client, exc) from exc
-    except OSError as exc:  # asyncio connections can raise these unwrapped
+    except (RedisError, OSError) as exc:  # asyncio connections can raise OSError unwrapped
+        if cancelling() > before:
+            raise asyncio.CancelledError from exc
         raise _backend_error(client, exc) from exc
