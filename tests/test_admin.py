@@ -18,6 +18,10 @@ from django_semaphore import semaphores
 from django_semaphore.keys import key_hash
 from tests.test_commands import wait_until_expired
 
+# Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py),
+# except those that talk to the single server directly.
+pytestmark = pytest.mark.usefixtures("backend")
+
 LIST_URL = "/admin/django_semaphore/semaphore/"
 SEMAPHORES = {
     "reports": {"LIMIT": 2, "TIMEOUT": 30},

@@ -13,6 +13,10 @@ from django.core.management import CommandError, call_command
 from django_semaphore import Semaphore, semaphores
 from django_semaphore.testing.server import free_port
 
+# Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py),
+# except those that talk to the single server directly.
+pytestmark = pytest.mark.usefixtures("backend")
+
 SEMAPHORES = {
     "reports": {"LIMIT": 2, "TIMEOUT": 30},
     "quick": {"LIMIT": 5, "TIMEOUT": 0.2},
