@@ -15,27 +15,39 @@ force-release names the holder by partition and fencing token, which
 cannot be replayed against a later holder because tokens only increase.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import DatabaseError
-from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from . import monitor
-from .core import semaphores
+from .core import Holder, semaphores
 from .exceptions import SemaphoreBackendError
 from .keys import UNPARTITIONED
 from .models import Semaphore
 
 
-class SemaphoreAdmin(admin.ModelAdmin):
+class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """The semaphore dashboard: a list page and one page per semaphore."""
 
     #: Seconds between the in-page refreshes of the figures.
@@ -47,28 +59,28 @@ class SemaphoreAdmin(admin.ModelAdmin):
 
     # -- permissions ---------------------------------------------------------
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def _require_view(self, request):
+    def _require_view(self, request: HttpRequest) -> None:
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
 
     # -- urls ----------------------------------------------------------------
 
-    def _url_name(self, suffix):
+    def _url_name(self, suffix: str) -> str:
         return f"{self.opts.app_label}_{self.opts.model_name}_{suffix}"
 
-    def _reverse(self, suffix, *args):
+    def _reverse(self, suffix: str, *args: Any) -> str:
         return reverse(f"{self.admin_site.name}:{self._url_name(suffix)}", args=args)
 
-    def get_urls(self):
-        def wrap(view):
+    def get_urls(self) -> list[URLPattern]:
+        def wrap(view: Callable[..., Any]) -> Callable[..., Any]:
             wrapped = self.admin_site.admin_view(view)
-            wrapped.model_admin = self
+            wrapped.model_admin = self  # type: ignore[attr-defined]
             return wrapped
 
         # No add, delete or history views: there is no table behind them.
@@ -91,22 +103,22 @@ class SemaphoreAdmin(admin.ModelAdmin):
 
     # -- reading Redis -------------------------------------------------------
 
-    def _semaphore_name(self, object_id):
+    def _semaphore_name(self, object_id: str) -> str:
         name = unquote(object_id)
         if name not in semaphores:
             raise Http404(_("No semaphore named %(name)r in SEMAPHORES.") % {"name": name})
         return name
 
-    def _partition_param(self, request):
+    def _partition_param(self, request: HttpRequest) -> str | None:
         return request.GET.get("partition") or None
 
-    def _read_all(self):
+    def _read_all(self) -> tuple[list[monitor.SemaphoreView], str]:
         try:
             return monitor.read_all(self.max_partitions), ""
         except SemaphoreBackendError as exc:
             return [], str(exc)
 
-    def _read_one(self, name, partition):
+    def _read_one(self, name: str, partition: str | None) -> tuple[monitor.SemaphoreView, str]:
         try:
             return monitor.read_semaphore(name, partition, self.max_partitions, with_holders=True), ""
         except ValueError:
@@ -114,10 +126,10 @@ class SemaphoreAdmin(admin.ModelAdmin):
         except SemaphoreBackendError as exc:
             return monitor.SemaphoreView(name), str(exc)
 
-    def _user_names(self, values):
+    def _user_names(self, values: Iterable[Any]) -> dict[str, str]:
         """{str(pk): username} of the users the web layer recorded (meta "user" is the pk)."""
         User = get_user_model()
-        pks = set()
+        pks: set[Any] = set()
         for value in values:
             if value in (None, ""):
                 continue
@@ -133,7 +145,7 @@ class SemaphoreAdmin(admin.ModelAdmin):
         except (DatabaseError, ValueError):
             return {}
 
-    def _context(self, request, **extra):
+    def _context(self, request: HttpRequest, **extra: Any) -> dict[str, Any]:
         request.current_app = self.admin_site.name
         return {
             **self.admin_site.each_context(request),
@@ -146,10 +158,10 @@ class SemaphoreAdmin(admin.ModelAdmin):
             **extra,
         }
 
-    def _list_context(self, request):
+    def _list_context(self, request: HttpRequest) -> dict[str, Any]:
         views, error = self._read_all()
         for view in views:
-            view.url = self._reverse("change", quote(view.name))
+            view.url = self._reverse("change", quote(view.name))  # type: ignore[attr-defined]
         return self._context(
             request,
             title=_("Semaphores"),
@@ -159,14 +171,14 @@ class SemaphoreAdmin(admin.ModelAdmin):
             status_url=self._reverse("status"),
         )
 
-    def _detail_context(self, request, object_id):
+    def _detail_context(self, request: HttpRequest, object_id: str) -> dict[str, Any]:
         name = self._semaphore_name(object_id)
         partition = self._partition_param(request)
         view, error = self._read_one(name, partition)
         now = timezone.now()
         names = self._user_names(h.meta.get("user") for p in view.partitions for h in p.holders)
         for p in view.partitions:
-            p.rows = [(h, monitor.expires_in(h, now), names.get(str(h.meta.get("user")))) for h in p.holders]
+            p.rows = [(h, monitor.expires_in(h, now), names.get(str(h.meta.get("user")))) for h in p.holders]  # type: ignore[attr-defined]
         query = f"?partition={partition}" if partition else ""
         return self._context(
             request,
@@ -186,32 +198,42 @@ class SemaphoreAdmin(admin.ModelAdmin):
 
     # -- pages ---------------------------------------------------------------
 
-    def changelist_view(self, request, extra_context=None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         """Every configured semaphore and its live partitions, with a utilisation bar."""
         self._require_view(request)
         context = {**self._list_context(request), **(extra_context or {})}
         return TemplateResponse(request, self.list_template, context)
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         """One semaphore's holders, in token order, per partition."""
         self._require_view(request)
         context = {**self._detail_context(request, object_id), **(extra_context or {})}
         return TemplateResponse(request, self.detail_template, context)
 
-    def _json(self, request, context, fragment, data):
+    def _json(
+        self, request: HttpRequest, context: dict[str, Any], fragment: str, data: dict[str, Any]
+    ) -> JsonResponse:
         data["html"] = render_to_string(fragment, context, request=request)
         data["error"] = context["backend_error"]
         data["generated_at"] = context["now"].isoformat()
         return JsonResponse(data)
 
-    def list_status_view(self, request):
+    def list_status_view(self, request: HttpRequest) -> JsonResponse:
         """The list page's figures as JSON (plus the re-rendered table), for the refresh script."""
         self._require_view(request)
         context = self._list_context(request)
         data = {"semaphores": [v.as_dict(context["now"]) for v in context["semaphores"]]}
         return self._json(request, context, "django_semaphore/admin/_semaphores.html", data)
 
-    def detail_status_view(self, request, object_id):
+    def detail_status_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
         """A semaphore page's figures and holders as JSON (never lease identifiers)."""
         self._require_view(request)
         context = self._detail_context(request, object_id)
@@ -220,19 +242,19 @@ class SemaphoreAdmin(admin.ModelAdmin):
 
     # -- actions -------------------------------------------------------------
 
-    def _post_only(self, request):
+    def _post_only(self, request: HttpRequest) -> HttpResponse | None:
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         if not self.has_change_permission(request):
             raise PermissionDenied
         return None
 
-    def _back(self, request, object_id):
+    def _back(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
         url = self._reverse("change", object_id)
         partition = request.GET.get("partition")
         return HttpResponseRedirect(url + (f"?partition={quote(partition)}" if partition else ""))
 
-    def force_release_view(self, request, object_id):
+    def force_release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST partition + token: remove that holder (change permission), logged to LogEntry."""
         refused = self._post_only(request)
         if refused:
@@ -258,6 +280,7 @@ class SemaphoreAdmin(admin.ModelAdmin):
                 _("Token %(token)s no longer holds a slot of “%(name)s”.") % {"token": token, "name": name},
             )
             return self._back(request, object_id)
+        assert holder is not None  # released implies a holder was found
         described = describe_holder(holder, key_hash)
         self.log_change(
             request,
@@ -271,7 +294,7 @@ class SemaphoreAdmin(admin.ModelAdmin):
         )
         return self._back(request, object_id)
 
-    def purge_view(self, request, object_id):
+    def purge_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST: remove the expired entries of every partition (change permission)."""
         refused = self._post_only(request)
         if refused:
@@ -293,7 +316,7 @@ class SemaphoreAdmin(admin.ModelAdmin):
         return self._back(request, object_id)
 
 
-def describe_holder(holder, key_hash):
+def describe_holder(holder: Holder, key_hash: str) -> str:
     """A one-line description of a holder for messages and the admin history."""
     meta = holder.meta
     parts = []

@@ -21,10 +21,14 @@ which ranks the same when all holders share one TIMEOUT and lets the
 variants share one layout with the Lua script.
 """
 
+from __future__ import annotations
+
 import time
 from dataclasses import dataclass
+from typing import Any
 
-from .scripting import LuaScript, Pipe, Script, Sleep
+from .keys import PartitionKeys
+from .scripting import LuaScript, Operation, Pipe, Script, Sleep
 
 ACQUIRE = LuaScript("acquire")
 RELEASE = LuaScript("release")
@@ -49,15 +53,18 @@ class Granted:
 
 @dataclass(slots=True)
 class Refused:
-    retry_after_ms: int
+    retry_after_ms: float
     ahead: int = 0
 
 
-def _int(value):
+Outcome = Granted | Refused
+
+
+def _int(value: Any) -> int:
     return int(value.decode() if isinstance(value, bytes) else value)
 
 
-def record(token, acquired_ms, meta_json):
+def record(token: int, acquired_ms: int, meta_json: str) -> str:
     """The holds-HASH value of one holder."""
     return f"{token}:{acquired_ms}:{meta_json}"
 
@@ -69,7 +76,9 @@ class Lua:
     queues = True
 
     @staticmethod
-    def acquire(keys, limit, timeout_ms, identifier, meta_json, ticket_ms=0):
+    def acquire(
+        keys: PartitionKeys, limit: int, timeout_ms: int, identifier: str, meta_json: str, ticket_ms: int = 0
+    ) -> Operation[Outcome]:
         reply = yield Script(
             ACQUIRE,
             keys.main,
@@ -80,32 +89,32 @@ class Lua:
         return Refused(reply[1], reply[2])
 
     @staticmethod
-    def release(keys, limit, identifier):
-        reply = yield Script(RELEASE, keys.main, (identifier, limit, keys.wake_prefix))
+    def release(keys: PartitionKeys, limit: int, identifier: str) -> Operation[bool]:
+        reply: int = yield Script(RELEASE, keys.main, (identifier, limit, keys.wake_prefix))
         return reply == 1
 
     @staticmethod
-    def refresh(keys, timeout_ms, identifier):
+    def refresh(keys: PartitionKeys, timeout_ms: int, identifier: str) -> Operation[Any]:
         reply = yield Script(REFRESH, keys.main, (identifier, timeout_ms))
         return reply or None
 
     @staticmethod
-    def abandon(keys, limit, identifier):
+    def abandon(keys: PartitionKeys, limit: int, identifier: str) -> Operation[None]:
         yield Script(ABANDON, keys.main, (identifier, limit, keys.wake_prefix))
 
 
-def _client_ms():
+def _client_ms() -> float:
     # Sub-millisecond, as the seeds' time.time(): whole milliseconds would tie
     # acquires made in the same millisecond, and ZRANK orders ties by the
     # (random) identifier, letting a newcomer outrank a holder.
     return time.time() * 1000
 
 
-def _keep_alive(keys, ttl_ms):
+def _keep_alive(keys: PartitionKeys, ttl_ms: float) -> tuple[tuple[Any, ...], ...]:
     return tuple(("PEXPIRE", k, ttl_ms) for k in (keys.timeouts, keys.owners, keys.holds))
 
 
-def _retry_ms(first, now, timeout_ms):
+def _retry_ms(first: Any, now: float, timeout_ms: int) -> float:
     """Milliseconds until the earliest lease in a ZRANGE ... WITHSCORES reply ends."""
     if first:
         return max(1, int(float(first[0][1] if isinstance(first[0], (list, tuple)) else first[1])) - now)
@@ -119,7 +128,9 @@ class Basic:
     queues = False
 
     @staticmethod
-    def acquire(keys, limit, timeout_ms, identifier, meta_json, ticket_ms=0):
+    def acquire(
+        keys: PartitionKeys, limit: int, timeout_ms: int, identifier: str, meta_json: str, ticket_ms: int = 0
+    ) -> Operation[Outcome]:
         now = _client_ms()
         reply = yield Pipe(
             (
@@ -145,7 +156,7 @@ class Basic:
         return Refused(_retry_ms(reply[5], now, timeout_ms))
 
     @staticmethod
-    def release(keys, limit, identifier):
+    def release(keys: PartitionKeys, limit: int, identifier: str) -> Operation[bool]:
         now = _client_ms()
         reply = yield Pipe(
             (
@@ -158,7 +169,7 @@ class Basic:
         return reply[0] is not None and float(reply[0]) > now
 
     @staticmethod
-    def refresh(keys, timeout_ms, identifier):
+    def refresh(keys: PartitionKeys, timeout_ms: int, identifier: str) -> Operation[float | None]:
         # 6.3.3's refresh, with the lost-slot test made explicit: it reads the
         # expiry first instead of re-adding the entry and then removing it.
         now = _client_ms()
@@ -178,7 +189,7 @@ class Basic:
         )
         return expires
 
-    abandon = None
+    abandon: Any = None
 
 
 class Fair(Basic):
@@ -187,7 +198,9 @@ class Fair(Basic):
     name = "fair"
 
     @staticmethod
-    def acquire(keys, limit, timeout_ms, identifier, meta_json, ticket_ms=0):
+    def acquire(
+        keys: PartitionKeys, limit: int, timeout_ms: int, identifier: str, meta_json: str, ticket_ms: int = 0
+    ) -> Operation[Outcome]:
         now = _client_ms()
         reply = yield Pipe(
             (
@@ -225,7 +238,9 @@ class FairLocked(Fair):
     name = "fair_locked"
 
     @staticmethod
-    def acquire(keys, limit, timeout_ms, identifier, meta_json, ticket_ms=0):
+    def acquire(
+        keys: PartitionKeys, limit: int, timeout_ms: int, identifier: str, meta_json: str, ticket_ms: int = 0
+    ) -> Operation[Outcome]:
         deadline = time.monotonic() + LOCK_ACQUIRE_TIMEOUT
         while True:
             reply = yield Pipe(
@@ -243,23 +258,23 @@ class FairLocked(Fair):
         return outcome
 
 
-ALGORITHMS = {a.name: a for a in (Lua, FairLocked, Fair, Basic)}
+ALGORITHMS: dict[str, type[Lua] | type[Basic]] = {a.name: a for a in (Lua, FairLocked, Fair, Basic)}
 
 
-def status(keys):
+def status(keys: PartitionKeys) -> Operation[tuple[int, ...]]:
     """Figures of one partition: (now_ms, live, waiting, earliest expiry ms or -1)."""
     reply = yield Script(STATUS, keys.main, ())
     return tuple(reply)
 
 
-def holders(keys):
+def holders(keys: PartitionKeys) -> Operation[tuple[int, list[tuple[Any, Any, Any]]]]:
     """Raw live holders in token order: (now_ms, [(identifier, expires_ms, record), ...])."""
     reply = yield Script(HOLDERS, keys.main, ())
     rows = [(reply[i], reply[i + 1], reply[i + 2]) for i in range(1, len(reply), 3)]
     return reply[0], rows
 
 
-def purge(keys, dry_run=False):
+def purge(keys: PartitionKeys, dry_run: bool = False) -> Operation[int]:
     """Remove (or with dry_run count) expired entries of one partition."""
-    reply = yield Script(PURGE, keys.main, ("1" if dry_run else "0",))
+    reply: int = yield Script(PURGE, keys.main, ("1" if dry_run else "0",))
     return reply

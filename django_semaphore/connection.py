@@ -6,8 +6,13 @@ to the loop that opened them).  Both caches are dropped when SEMAPHORE_REDIS
 or CACHES change.
 """
 
+from __future__ import annotations
+
+import asyncio
 import threading
 import weakref
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -19,15 +24,15 @@ from . import conf
 
 # Short enough that an unreachable server fails in seconds; a stale pooled
 # connection (after a Redis restart) is retried once on a fresh one.
-DEFAULT_OPTIONS = {
+DEFAULT_OPTIONS: dict[str, Any] = {
     "socket_connect_timeout": 1.0,
     "socket_timeout": 2.0,
     "health_check_interval": 0,
 }
 
 _lock = threading.Lock()
-_sync_client = None
-_async_clients = weakref.WeakKeyDictionary()
+_sync_client: Any = None
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
 _ASYNC_KWARGS = (
     "host",
@@ -51,7 +56,7 @@ _ASYNC_KWARGS = (
 )
 
 
-def reset():
+def reset() -> None:
     """Forget the cached clients (settings changed, or after fork in tests)."""
     global _sync_client
     with _lock:
@@ -59,7 +64,7 @@ def reset():
         _async_clients.clear()
 
 
-def _url_options(value, retry_class=Retry):
+def _url_options(value: dict[str, Any], retry_class: Any = Retry) -> dict[str, Any]:
     options = {**DEFAULT_OPTIONS, **value.get("OPTIONS", {})}
     # An asyncio client needs redis.asyncio's Retry: given the sync one it
     # silently never retries, and the first call after a restart fails.
@@ -70,7 +75,7 @@ def _url_options(value, retry_class=Retry):
     return options
 
 
-def _build_sync(value):
+def _build_sync(value: str | dict[str, Any]) -> Any:
     if isinstance(value, str):
         from django_redis import get_redis_connection
 
@@ -82,7 +87,7 @@ def _build_sync(value):
     return redis.Redis.from_url(value["URL"], **options)
 
 
-def get_client():
+def get_client() -> Any:
     """The sync redis-py client for SEMAPHORE_REDIS (cached per process)."""
     global _sync_client
     client = _sync_client
@@ -95,7 +100,7 @@ def get_client():
     return client
 
 
-def _async_from_sync(sync_client):
+def _async_from_sync(sync_client: Any) -> Any:
     """An asyncio client speaking to the same server as a django-redis client."""
     pool = sync_client.connection_pool
     manager = getattr(pool, "sentinel_manager", None)
@@ -109,7 +114,7 @@ def _async_from_sync(sync_client):
         kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
         for k in ("host", "port"):
             kwargs.pop(k, None)
-        return Sentinel(sentinels, sentinel_kwargs=manager.sentinel_kwargs, **kwargs).master_for(
+        return Sentinel(sentinels, sentinel_kwargs=manager.sentinel_kwargs, **kwargs).master_for(  # type: ignore[no-untyped-call]
             pool.service_name
         )
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
@@ -121,7 +126,7 @@ def _async_from_sync(sync_client):
     return redis.asyncio.Redis(**kwargs)
 
 
-def _build_async(value):
+def _build_async(value: str | dict[str, Any]) -> Any:
     if isinstance(value, str):
         return _async_from_sync(get_client())
     options = _url_options(value, AsyncRetry)
@@ -131,10 +136,8 @@ def _build_async(value):
     return redis.asyncio.Redis.from_url(value["URL"], **options)
 
 
-def get_async_client():
+def get_async_client() -> Any:
     """The asyncio client for SEMAPHORE_REDIS on the running event loop."""
-    import asyncio
-
     loop = asyncio.get_running_loop()
     client = _async_clients.get(loop)
     if client is None:
@@ -143,11 +146,11 @@ def get_async_client():
     return client
 
 
-def is_cluster(client):
+def is_cluster(client: Any) -> bool:
     return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
 
 
-def server_name(client):
+def server_name(client: Any) -> str:
     """A short description of the server a client talks to, for error messages."""
     try:
         if is_cluster(client):
@@ -166,18 +169,18 @@ def server_name(client):
         return "redis"
 
 
-def socket_timeout(client):
+def socket_timeout(client: Any) -> float | None:
     """The client's read timeout in seconds, or None if it has none."""
     try:
         if is_cluster(client):
-            node = client.get_default_node()
-            return node.redis_connection.connection_pool.connection_kwargs.get("socket_timeout")
-        return client.connection_pool.connection_kwargs.get("socket_timeout")
+            client = client.get_default_node().redis_connection
+        timeout: float | None = client.connection_pool.connection_kwargs.get("socket_timeout")
+        return timeout
     except Exception:
         return None
 
 
-def scan_iter(client, match, count=1000):
+def scan_iter(client: Any, match: str, count: int = 1000) -> Iterator[bytes]:
     """SCAN on every primary (cluster) or on the one server; never KEYS."""
     if is_cluster(client):
         for node in client.get_primaries():
@@ -186,7 +189,7 @@ def scan_iter(client, match, count=1000):
     yield from client.scan_iter(match=match, count=count)
 
 
-async def ascan_iter(client, match, count=1000):
+async def ascan_iter(client: Any, match: str, count: int = 1000) -> AsyncIterator[bytes]:
     """The asyncio twin of :func:`scan_iter`."""
     # On a cluster, redis-py sends SCAN to every primary and follows each cursor.
     async for key in client.scan_iter(match=match, count=count):

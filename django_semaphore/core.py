@@ -1,5 +1,7 @@
 """The engine: Semaphore, Lease and Holder. No HTTP code lives here."""
 
+from __future__ import annotations
+
 import collections
 import contextlib
 import datetime
@@ -9,34 +11,45 @@ import os
 import socket
 import threading
 import time
-from typing import NamedTuple
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+if TYPE_CHECKING:
+    from .conf import SemaphoreConfig
+    from .guards import Guard
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.exceptions import RedisError
 
 from . import conf, connection, signals, waiting
-from .algorithms import ALGORITHMS, Granted, purge, status
+from .algorithms import ALGORITHMS, Basic, Granted, Lua, Outcome, purge, status
 from .algorithms import holders as holders_op
 from .exceptions import SemaphoreBackendError, SemaphoreFull
 from .keys import PartitionKeys, partition_keys_from_timeouts, timeouts_pattern
-from .scripting import _backend_error, arun, run
+from .scripting import Client, Operation, _backend_error, arun, run
 
 META_KEY_LENGTH = 64  # how much of a partition value is copied into meta
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-def _new_identifier():
+
+def _new_identifier() -> str:
     return os.urandom(16).hex()
 
 
-def _to_datetime(ms):
+def _to_datetime(ms: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ms / 1000.0, tz=datetime.timezone.utc)
 
 
-_process = (None, None, None)  # (pid, host, JSON of {"host", "pid"}) of this process
+_process: tuple[int | None, str | None, str] = (
+    None,
+    None,
+    "",
+)  # (pid, host, JSON of {"host", "pid"}) of this process
 
 
-def _meta_json(meta, key):
+def _meta_json(meta: dict[str, Any] | None, key: object) -> str:
     """The JSON stored with a holder: the caller's meta plus host and pid."""
     global _process
     pid = os.getpid()
@@ -45,7 +58,7 @@ def _meta_json(meta, key):
         _process = (pid, host, json.dumps({"host": host, "pid": pid}, separators=(",", ":")))
     if meta is None and key is None:
         return _process[2]
-    data = {"host": _process[1], "pid": pid}
+    data: dict[str, Any] = {"host": _process[1], "pid": pid}
     if key is not None:
         data["key"] = str(key)[:META_KEY_LENGTH]
     if meta:
@@ -58,9 +71,9 @@ class Holder(NamedTuple):
 
     identifier: str
     token: int
-    acquired_at: datetime.datetime
+    acquired_at: datetime.datetime | None  # None only for a malformed record
     expires_at: datetime.datetime
-    meta: dict
+    meta: dict[str, Any]
 
 
 class Lease:
@@ -88,7 +101,16 @@ class Lease:
         "__weakref__",
     )
 
-    def __init__(self, semaphore, key, identifier, granted, keys, config, waited=0.0):
+    def __init__(
+        self,
+        semaphore: Semaphore,
+        key: str | None,
+        identifier: str,
+        granted: Granted,
+        keys: PartitionKeys,
+        config: SemaphoreConfig,
+        waited: float = 0.0,
+    ) -> None:
         self.semaphore = semaphore
         self.key = key
         self.identifier = identifier
@@ -102,49 +124,49 @@ class Lease:
         self._lost = False
         self._pid = os.getpid()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Lease {self.semaphore.name!r} token={self.token} key={self.key!r}>"
 
     @property
-    def name(self):
+    def name(self) -> str:
         return self.semaphore.name
 
     @property
-    def acquired_at(self):
+    def acquired_at(self) -> datetime.datetime:
         """When the slot was granted (server time for the "lua" algorithm)."""
         return _to_datetime(self.acquired_ms)
 
     @property
-    def expires_at(self):
+    def expires_at(self) -> datetime.datetime:
         """When the slot is lost unless refreshed (as of the last refresh)."""
         return _to_datetime(self.expires_ms)
 
     @property
-    def released(self):
+    def released(self) -> bool:
         """True once release() has been called."""
         return self._done
 
     @property
-    def lost(self):
+    def lost(self) -> bool:
         """True once a refresh or release found the slot gone."""
         return self._lost
 
-    def _algorithm(self):
+    def _algorithm(self) -> type[Lua] | type[Basic]:
         return ALGORITHMS[self._config.algorithm]
 
-    def _after_refresh(self, expires):
+    def _after_refresh(self, expires: Any) -> bool:
         if expires:
             self.expires_ms = int(expires)
             return True
         self._mark_lost()
         return False
 
-    def _mark_lost(self):
+    def _mark_lost(self) -> None:
         if not self._lost:
             self._lost = True
             signals.lease_lost.send(sender=Semaphore, semaphore=self.semaphore, lease=self)
 
-    def _after_release(self, held):
+    def _after_release(self, held: bool) -> bool:
         already = self._done
         self._done = True
         if not held and not already:
@@ -153,7 +175,7 @@ class Lease:
             signals.released.send(sender=Semaphore, semaphore=self.semaphore, lease=self, held=held)
         return held
 
-    def refresh(self):
+    def refresh(self) -> bool:
         """Extend the lease by TIMEOUT. False if the slot was already lost.
 
         A lost slot is never re-acquired: the caller must stop relying on it.
@@ -163,21 +185,21 @@ class Lease:
         op = self._algorithm().refresh(self._keys, self._config.timeout_ms, self.identifier)
         return self._after_refresh(run(connection.get_client(), op))
 
-    async def arefresh(self):
+    async def arefresh(self) -> bool:
         """The asyncio twin of :meth:`refresh`."""
         if self._done or self._lost or self._pid != os.getpid():
             return False
         op = self._algorithm().refresh(self._keys, self._config.timeout_ms, self.identifier)
         return self._after_refresh(await arun(connection.get_async_client(), op))
 
-    def release(self):
+    def release(self) -> bool:
         """Give the slot back. True if it was still held, False if it had been lost."""
         if self._done or self._pid != os.getpid():
             return False
         op = self._algorithm().release(self._keys, self._config.limit, self.identifier)
         return self._after_release(run(connection.get_client(), op))
 
-    async def arelease(self):
+    async def arelease(self) -> bool:
         """The asyncio twin of :meth:`release`."""
         if self._done or self._pid != os.getpid():
             return False
@@ -195,11 +217,11 @@ class PartitionStatus(NamedTuple):
     retry_after: int  # seconds until the earliest lease ends (0 if none held)
 
     @property
-    def free(self):
+    def free(self) -> int:
         return max(0, self.limit - self.in_use)
 
 
-def _retry_after_seconds(retry_ms, timeout):
+def _retry_after_seconds(retry_ms: float, timeout: float) -> int:
     return max(1, min(math.ceil(retry_ms / 1000.0), math.ceil(timeout)))
 
 
@@ -216,8 +238,17 @@ class Semaphore:
             ...
     """
 
-    def __init__(self, name, limit=None, timeout=60, *, wait=0, algorithm="lua"):
+    def __init__(
+        self,
+        name: str,
+        limit: int | None = None,
+        timeout: float = 60,
+        *,
+        wait: float = 0,
+        algorithm: str = "lua",
+    ) -> None:
         self.name = name
+        self._config: SemaphoreConfig | None
         if limit is None:
             self._config = None
         else:
@@ -229,49 +260,67 @@ class Semaphore:
                     raise ValueError(f"{problem.msg} HINT: {problem.hint}")
             self._config = config
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Semaphore {self.name!r}>"
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Semaphore) and (self.name, self._config) == (other.name, other._config)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((Semaphore, self.name))
 
     @property
-    def config(self):
+    def config(self) -> SemaphoreConfig:
         """The :class:`~django_semaphore.conf.SemaphoreConfig` in force now."""
         return self._config or conf.get_config(self.name)
 
     @property
-    def limit(self):
+    def limit(self) -> int:
         return self.config.limit
 
     @property
-    def timeout(self):
+    def timeout(self) -> float:
         return self.config.timeout
 
-    def partition(self, key=None):
+    def partition(self, key: str | None = None) -> PartitionKeys:
         """The Redis keys of partition ``key`` (None: the unpartitioned semaphore)."""
         return PartitionKeys.build(conf.setting("SEMAPHORE_KEY_PREFIX"), self.name, key)
 
     # -- acquire --------------------------------------------------------------
 
-    def _prepare(self, key, wait, meta):
+    def _prepare(
+        self, key: str | None, wait: float | None, meta: dict[str, Any] | None
+    ) -> tuple[SemaphoreConfig, float, PartitionKeys, str, str]:
         config = self.config
         wait = config.wait if wait is None else wait
         if not isinstance(wait, (int, float)) or wait < 0:
             raise ValueError(f"wait must be a number of seconds >= 0, not {wait!r}.")
         return config, wait, self.partition(key), _new_identifier(), _meta_json(meta, key)
 
-    def _operation(self, config, wait, keys, identifier, meta_json, client):
+    def _operation(
+        self,
+        config: SemaphoreConfig,
+        wait: float,
+        keys: PartitionKeys,
+        identifier: str,
+        meta_json: str,
+        client: Client,
+    ) -> Operation[Outcome]:
         algorithm = ALGORITHMS[config.algorithm]
         args = (keys, config.limit, config.timeout_ms, identifier, meta_json)
         if wait > 0:
             return waiting.wait_ops(algorithm, *args, wait, client)
         return algorithm.acquire(*args)
 
-    def _outcome(self, outcome, config, key, keys, identifier, started):
+    def _outcome(
+        self,
+        outcome: Outcome,
+        config: SemaphoreConfig,
+        key: str | None,
+        keys: PartitionKeys,
+        identifier: str,
+        started: float,
+    ) -> tuple[Lease, None] | tuple[None, int]:
         waited = time.monotonic() - started
         if isinstance(outcome, Granted):
             lease = Lease(self, key, identifier, outcome, keys, config, waited)
@@ -283,7 +332,9 @@ class Semaphore:
         )
         return None, retry_after
 
-    def try_acquire(self, key=None, wait=None, meta=None):
+    def try_acquire(
+        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+    ) -> tuple[Lease, None] | tuple[None, int]:
         """Like :meth:`acquire`, returning ``(lease, None)`` or ``(None, retry_after)``."""
         started = time.monotonic()
         config, wait, keys, identifier, meta_json = self._prepare(key, wait, meta)
@@ -304,7 +355,9 @@ class Semaphore:
             raise
         return self._outcome(outcome, config, key, keys, identifier, started)
 
-    async def atry_acquire(self, key=None, wait=None, meta=None):
+    async def atry_acquire(
+        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+    ) -> tuple[Lease, None] | tuple[None, int]:
         """The asyncio twin of :meth:`try_acquire`."""
         started = time.monotonic()
         config, wait, keys, identifier, meta_json = self._prepare(key, wait, meta)
@@ -322,7 +375,9 @@ class Semaphore:
             raise
         return self._outcome(outcome, config, key, keys, identifier, started)
 
-    def acquire(self, key=None, wait=None, meta=None):
+    def acquire(
+        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+    ) -> Lease | None:
         """Take a slot: a :class:`Lease`, or None when none is free.
 
         ``key`` is the partition value (None: the whole semaphore), ``wait``
@@ -332,15 +387,20 @@ class Semaphore:
         """
         return self.try_acquire(key, wait, meta)[0]
 
-    async def aacquire(self, key=None, wait=None, meta=None):
+    async def aacquire(
+        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+    ) -> Lease | None:
         """The asyncio twin of :meth:`acquire`."""
         return (await self.atry_acquire(key, wait, meta))[0]
 
     @contextlib.contextmanager
-    def hold(self, key=None, wait=None, meta=None):
+    def hold(
+        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+    ) -> Iterator[Lease]:
         """Hold a slot for the ``with`` block; raise SemaphoreFull if none is free."""
         lease, retry_after = self.try_acquire(key, wait, meta)
         if lease is None:
+            assert retry_after is not None  # (None, retry_after) when refused
             raise SemaphoreFull(self.name, retry_after, key)
         try:
             yield lease
@@ -348,10 +408,13 @@ class Semaphore:
             lease.release()
 
     @contextlib.asynccontextmanager
-    async def ahold(self, key=None, wait=None, meta=None):
+    async def ahold(
+        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+    ) -> AsyncIterator[Lease]:
         """The asyncio twin of :meth:`hold`."""
         lease, retry_after = await self.atry_acquire(key, wait, meta)
         if lease is None:
+            assert retry_after is not None  # (None, retry_after) when refused
             raise SemaphoreFull(self.name, retry_after, key)
         try:
             yield lease
@@ -360,9 +423,10 @@ class Semaphore:
 
     # -- inspection -------------------------------------------------------------
 
-    def _holders(self, raw):
+    def _holders(self, raw: tuple[int, list[tuple[Any, Any, Any]]]) -> list[Holder]:
         now_ms, rows = raw
         result = []
+        meta: Any
         for identifier, expires_ms, rec in rows:
             rec = rec.decode("utf-8", "replace") if isinstance(rec, bytes) else rec
             token, acquired, meta = (rec.split(":", 2) + ["", "", ""])[:3]
@@ -384,56 +448,56 @@ class Semaphore:
         result.sort(key=lambda holder: holder.token)
         return result
 
-    def holders(self, key=None, *, keys=None):
+    def holders(self, key: str | None = None, *, keys: PartitionKeys | None = None) -> list[Holder]:
         """Live holders of partition ``key``, in token order (oldest first).
 
         ``keys`` (a PartitionKeys from :meth:`partitions`) may stand for ``key``.
         """
         return self._holders(run(connection.get_client(), holders_op(keys or self.partition(key))))
 
-    async def aholders(self, key=None):
+    async def aholders(self, key: str | None = None) -> list[Holder]:
         """The asyncio twin of :meth:`holders`."""
         return self._holders(await arun(connection.get_async_client(), holders_op(self.partition(key))))
 
-    def _status(self, keys, raw):
+    def _status(self, keys: PartitionKeys, raw: tuple[int, ...]) -> PartitionStatus:
         now_ms, live, waiters, earliest = raw
         retry = _retry_after_seconds(earliest - now_ms, self.config.timeout) if earliest >= 0 else 0
         return PartitionStatus(keys.partition_hash.split(".", 1)[1], self.config.limit, live, waiters, retry)
 
-    def status(self, key=None, *, keys=None):
+    def status(self, key: str | None = None, *, keys: PartitionKeys | None = None) -> PartitionStatus:
         """A :class:`PartitionStatus` (limit, in use, free, waiting) of partition ``key``."""
         keys = keys or self.partition(key)
         return self._status(keys, run(connection.get_client(), status(keys)))
 
-    def available(self, key=None):
+    def available(self, key: str | None = None) -> int:
         """How many slots of partition ``key`` are free now."""
         return self.status(key).free
 
-    async def aavailable(self, key=None):
+    async def aavailable(self, key: str | None = None) -> int:
         """The asyncio twin of :meth:`available`."""
         keys = self.partition(key)
         return self._status(keys, await arun(connection.get_async_client(), status(keys))).free
 
-    def partitions(self):
+    def partitions(self) -> list[PartitionKeys]:
         """PartitionKeys of every partition with keys in Redis (SCAN, never KEYS)."""
         pattern = timeouts_pattern(conf.setting("SEMAPHORE_KEY_PREFIX"), self.name)
         client = connection.get_client()
-        found = {}
+        found: dict[str, PartitionKeys] = {}
         for key in _scan(client, pattern):
             keys = partition_keys_from_timeouts(key)
             found[keys.base] = keys
         return list(found.values())
 
-    def purge_expired(self, dry_run=False):
+    def purge_expired(self, dry_run: bool = False) -> int:
         """Remove expired entries from every partition; return how many were removed."""
         client = connection.get_client()
         return sum(run(client, purge(keys, dry_run)) for keys in self.partitions())
 
-    async def apurge_expired(self, dry_run=False):
+    async def apurge_expired(self, dry_run: bool = False) -> int:
         """The asyncio twin of :meth:`purge_expired`."""
         client = connection.get_async_client()
         pattern = timeouts_pattern(conf.setting("SEMAPHORE_KEY_PREFIX"), self.name)
-        total, seen = 0, set()
+        total, seen = 0, set[str]()
         try:
             async for key in connection.ascan_iter(client, pattern):
                 keys = partition_keys_from_timeouts(key)
@@ -444,7 +508,9 @@ class Semaphore:
             raise _backend_error(client, exc) from exc
         return total
 
-    def force_release(self, identifier, key=None, *, keys=None):
+    def force_release(
+        self, identifier: str, key: str | None = None, *, keys: PartitionKeys | None = None
+    ) -> bool:
         """Remove holder ``identifier`` (an operator's action). True if it was live."""
         keys = keys or self.partition(key)
         algorithm = ALGORITHMS["lua"]
@@ -454,7 +520,13 @@ class Semaphore:
 
     do_not_call_in_templates = True  # a Semaphore is callable (a decorator), not a value getter
 
-    def guard(self, key=None, wait=None, meta=None, refresh=None):
+    def guard(
+        self,
+        key: str | Callable[..., str | None] | None = None,
+        wait: float | None = None,
+        meta: dict[str, Any] | None = None,
+        refresh: bool | None = None,
+    ) -> Guard:
         """A decorator holding a slot for each call of a sync or async function.
 
         See :class:`~django_semaphore.guards.Guard` for the options; a refused
@@ -464,7 +536,7 @@ class Semaphore:
 
         return Guard(self, key=key, wait=wait, meta=meta, refresh=refresh)
 
-    def __call__(self, func):
+    def __call__(self, func: F) -> F:
         """``@semaphore`` on a function: ``self.guard()(func)``."""
         return self.guard()(func)
 
@@ -485,28 +557,30 @@ class _Unanswered:
 
     MAX = 1000
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._items = collections.deque(maxlen=self.MAX)
+        self._items: collections.deque[tuple[float, SemaphoreConfig, PartitionKeys, str]] = collections.deque(
+            maxlen=self.MAX
+        )
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return bool(self._items)
 
-    def add(self, config, keys, identifier):
+    def add(self, config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> None:
         with self._lock:
             self._items.append((time.monotonic() + config.timeout + 1, config, keys, identifier))
 
-    def take(self):
+    def take(self) -> list[tuple[float, SemaphoreConfig, PartitionKeys, str]]:
         with self._lock:
             items = list(self._items)
             self._items.clear()
         return items
 
-    def put_back(self, items):
+    def put_back(self, items: list[tuple[float, SemaphoreConfig, PartitionKeys, str]]) -> None:
         with self._lock:
             self._items.extendleft(reversed(items))
 
-    def clear(self):
+    def clear(self) -> None:
         self._lock = threading.Lock()
         self._items = collections.deque(maxlen=self.MAX)
 
@@ -516,13 +590,13 @@ os.register_at_fork(after_in_child=_unanswered.clear)
 
 
 @receiver(setting_changed)
-def _forget_other_servers(*, setting, **kwargs):
+def _forget_other_servers(*, setting: str, **kwargs: Any) -> None:
     # Entries about another server or key prefix are of no use any more.
     if setting in ("SEMAPHORE_REDIS", "CACHES", "SEMAPHORE_KEY_PREFIX"):
         _unanswered.clear()
 
 
-def _forget_and_report(config, keys, identifier):
+def _forget_and_report(config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> Operation[bool]:
     algorithm = ALGORITHMS[config.algorithm]
     held = yield from algorithm.release(keys, config.limit, identifier)
     if algorithm.queues:
@@ -530,7 +604,7 @@ def _forget_and_report(config, keys, identifier):
     return held
 
 
-def _forget_unanswered(client, keys):
+def _forget_unanswered(client: Client, keys: PartitionKeys) -> bool:
     """Give back what unanswered acquires took; True if one held a slot of ``keys``."""
     freed = False
     items = _unanswered.take()
@@ -544,7 +618,7 @@ def _forget_unanswered(client, keys):
     return freed
 
 
-async def _aforget_unanswered(client, keys):
+async def _aforget_unanswered(client: Client, keys: PartitionKeys) -> bool:
     """The asyncio twin of :func:`_forget_unanswered`."""
     freed = False
     items = _unanswered.take()
@@ -558,7 +632,7 @@ async def _aforget_unanswered(client, keys):
     return freed
 
 
-def _forget(config, keys, identifier):
+def _forget(config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> Operation[None]:
     """Undo an interrupted acquire: release a slot it may hold, drop its ticket."""
     algorithm = ALGORITHMS[config.algorithm]
     yield from algorithm.release(keys, config.limit, identifier)
@@ -566,7 +640,7 @@ def _forget(config, keys, identifier):
         yield from algorithm.abandon(keys, config.limit, identifier)
 
 
-def _scan(client, pattern):
+def _scan(client: Client, pattern: str) -> Iterator[bytes]:
     try:
         yield from connection.scan_iter(client, pattern)
     except Exception as exc:
@@ -582,20 +656,20 @@ def _scan(client, pattern):
 class _Semaphores:
     """``semaphores["name"]``: the semaphores configured in SEMAPHORES."""
 
-    def __getitem__(self, name):
+    def __getitem__(self, name: str) -> Semaphore:
         conf.get_config(name)  # ImproperlyConfigured for an unknown or invalid name
         return Semaphore(name)
 
-    def __contains__(self, name):
+    def __contains__(self, name: object) -> bool:
         return name in conf.names()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(conf.names())
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(conf.names())
 
-    def all(self):
+    def all(self) -> list[Semaphore]:
         """Every configured semaphore, in settings order."""
         return [Semaphore(name) for name in conf.names()]
 

@@ -12,15 +12,26 @@
     class ExportView(View): ...
 """
 
+from __future__ import annotations
+
 import functools
 import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
 from . import web
 
+if TYPE_CHECKING:
+    from django.http import HttpRequest
 
-def _is_async_dispatch(view):
+    from .conf import KeyFunc
+
+V = TypeVar("V", bound=Callable[..., Any])
+
+
+def _is_async_dispatch(view: Callable[..., Any]) -> bool:
     """True for ``dispatch`` of an async class-based view, as method_decorator passes it.
 
     method_decorator hands the decorator ``partial(bound dispatch)``; an async
@@ -34,7 +45,13 @@ def _is_async_dispatch(view):
         return False
 
 
-def _guarded(view, needs, request, args, kwargs):
+def _guarded(
+    view: Callable[..., Any],
+    needs: tuple[web.Need, ...],
+    request: HttpRequest,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
     pending = web.pending_needs(request, needs)
     if not pending:
         return view(request, *args, **kwargs)
@@ -50,7 +67,13 @@ def _guarded(view, needs, request, args, kwargs):
     return guard.hold_until_closed(response)
 
 
-async def _aguarded(view, needs, request, args, kwargs):
+async def _aguarded(
+    view: Callable[..., Any],
+    needs: tuple[web.Need, ...],
+    request: HttpRequest,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
     pending = web.pending_needs(request, needs)
     if not pending:
         response = view(request, *args, **kwargs)
@@ -72,7 +95,7 @@ async def _aguarded(view, needs, request, args, kwargs):
     return guard.hold_until_closed(response)
 
 
-def semaphore(name, *, key=None, wait=None):
+def semaphore(name: str, *, key: str | KeyFunc | None = None, wait: float | None = None) -> Callable[[V], V]:
     """Decorate a view so that at most LIMIT requests run it at once.
 
     ``name`` is a key of SEMAPHORES; ``key`` overrides its KEY (``"ip"``,
@@ -94,24 +117,24 @@ def semaphore(name, *, key=None, wait=None):
     """
     need = web.Need(name, key, wait)
 
-    def decorator(view):
+    def decorator(view: V) -> V:
         needs = (need, *web.needs_of(view))
 
         if iscoroutinefunction(view):
 
-            async def wrapper(request, *args, **kwargs):
+            async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 return await _aguarded(view, needs, request, args, kwargs)
 
             markcoroutinefunction(wrapper)
         else:
 
-            def wrapper(request, *args, **kwargs):
+            def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
                 if _is_async_dispatch(view):
                     return _aguarded(view, needs, request, args, kwargs)
                 return _guarded(view, needs, request, args, kwargs)
 
         functools.update_wrapper(wrapper, view)
         setattr(wrapper, web.NEEDS_ATTR, needs)
-        return wrapper
+        return wrapper  # type: ignore[return-value]
 
     return decorator

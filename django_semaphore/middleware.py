@@ -19,14 +19,21 @@ whose METHODS (None: all) hold its method.  The semaphores of a
 of them or none.  Place it after AuthenticationMiddleware when a KEY is "user".
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponseBase
+from django.urls import ResolverMatch
 
 from . import conf, web
 
 
-def matching_needs(request, resolver_match):
+def matching_needs(request: HttpRequest, resolver_match: ResolverMatch | None) -> list[web.Need]:
     """The :class:`~django_semaphore.web.Need` of every semaphore whose rules match ``request``."""
-    needs = []
+    needs: list[web.Need] = []
     url_name = getattr(resolver_match, "view_name", None)
     method = request.method
     for name in conf.names():
@@ -53,15 +60,15 @@ class SemaphoreMiddleware:
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response):
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
         self.async_mode = iscoroutinefunction(get_response)
         if self.async_mode:
             markcoroutinefunction(self)
             # Django awaits process_view under ASGI: keep it on the event loop.
-            self.process_view = self._aprocess_view
+            self.process_view = self._aprocess_view  # type: ignore[method-assign,assignment]
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
             return self.__acall__(request)
         try:
@@ -71,7 +78,7 @@ class SemaphoreMiddleware:
             raise
         return self._finish(request, response)
 
-    async def __acall__(self, request):
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         try:
             response = await self.get_response(request)
         except BaseException:
@@ -79,44 +86,56 @@ class SemaphoreMiddleware:
             raise
         return self._finish(request, response)
 
-    def _needs(self, request, view_func):
+    def _needs(self, request: HttpRequest, view_func: Callable[..., Any]) -> list[web.Need]:
         needs = matching_needs(request, getattr(request, "resolver_match", None))
         if needs:
             needs.extend(web.needs_of(view_func))  # the decorator's too: all or none
         return web.pending_needs(request, needs) if needs else []
 
-    def process_view(self, request, view_func, view_args, view_kwargs):
+    def process_view(
+        self,
+        request: HttpRequest,
+        view_func: Callable[..., Any],
+        view_args: tuple[Any, ...],
+        view_kwargs: dict[str, Any],
+    ) -> HttpResponseBase | None:
         """Take the semaphores of this request; a response refuses it."""
         needs = self._needs(request, view_func)
         if not needs:
             return None
         guard = web.Guard(request, needs)
-        request._semaphore_middleware_guard = guard
+        request._semaphore_middleware_guard = guard  # type: ignore[attr-defined]
         return guard.enter()
 
-    async def _aprocess_view(self, request, view_func, view_args, view_kwargs):
+    async def _aprocess_view(
+        self,
+        request: HttpRequest,
+        view_func: Callable[..., Any],
+        view_args: tuple[Any, ...],
+        view_kwargs: dict[str, Any],
+    ) -> HttpResponseBase | None:
         needs = self._needs(request, view_func)
         if not needs:
             return None
         guard = web.Guard(request, needs)
-        request._semaphore_middleware_guard = guard
+        request._semaphore_middleware_guard = guard  # type: ignore[attr-defined]
         return await guard.aenter()
 
-    def process_exception(self, request, exception):
+    def process_exception(self, request: HttpRequest, exception: Exception) -> None:
         """The view raised: release at once rather than when the error page is sent."""
         self._release(request)
 
-    def _release(self, request):
+    def _release(self, request: HttpRequest) -> None:
         guard = getattr(request, "_semaphore_middleware_guard", None)
         if guard is not None:
             guard.release()
 
-    async def _arelease(self, request):
+    async def _arelease(self, request: HttpRequest) -> None:
         guard = getattr(request, "_semaphore_middleware_guard", None)
         if guard is not None:
             await guard.arelease()
 
-    def _finish(self, request, response):
+    def _finish(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         guard = getattr(request, "_semaphore_middleware_guard", None)
         if guard is not None and not guard.closed:
             guard.hold_until_closed(response)

@@ -20,5 +20,5 @@ class Semaphore(models.Model):
         verbose_name = _("semaphore")
         verbose_name_plural = _("semaphores")
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.name

@@ -6,15 +6,21 @@ found with SCAN on every primary (:func:`django_semaphore.connection.scan_iter`)
 never KEYS.
 """
 
+from __future__ import annotations
+
+import datetime
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from . import conf, connection
 from .algorithms import purge
-from .core import Semaphore, _scan, semaphores
+from .conf import SemaphoreConfig
+from .core import Holder, Semaphore, _scan, semaphores
 from .keys import (
     UNPARTITIONED,
     PartitionKeys,
@@ -31,7 +37,7 @@ MAX_PARTITIONS = 100
 _KEY_HASH = re.compile(r"^(_|[0-9a-f]{20})$")
 
 
-def partition_keys(name, key_hash):
+def partition_keys(name: str, key_hash: str) -> PartitionKeys:
     """PartitionKeys of semaphore ``name``'s partition ``key_hash``; ValueError if malformed."""
     if not isinstance(key_hash, str) or not _KEY_HASH.match(key_hash):
         raise ValueError(f"{key_hash!r} is not a partition hash.")
@@ -39,11 +45,11 @@ def partition_keys(name, key_hash):
     return PartitionKeys(f"{prefix}:{slug(name)}:{{{name_hash(name)}.{key_hash}}}:")
 
 
-def _key_hash(keys):
+def _key_hash(keys: PartitionKeys) -> str:
     return keys.partition_hash.split(".", 1)[1]
 
 
-def describe_key(config):
+def describe_key(config: SemaphoreConfig) -> str:
     """How a semaphore is partitioned, in words ("" for one semaphore)."""
     key = config.key
     if key is None:
@@ -70,23 +76,23 @@ class PartitionView:
     in_use: int
     waiting: int
     retry_after: int
-    holders: list = field(default_factory=list)
+    holders: list[Holder] = field(default_factory=list)
 
     @property
-    def free(self):
+    def free(self) -> int:
         return max(0, self.limit - self.in_use)
 
     @property
-    def unpartitioned(self):
+    def unpartitioned(self) -> bool:
         return self.key_hash == UNPARTITIONED
 
     @property
-    def utilisation(self):
+    def utilisation(self) -> int:
         """Percentage of the slots in use (0-100)."""
         return min(100, round(100 * self.in_use / self.limit)) if self.limit else 0
 
     @property
-    def level(self):
+    def level(self) -> str:
         """ "idle", "low", "high" or "full": how close the partition is to its limit."""
         if self.in_use == 0:
             return "idle"
@@ -94,8 +100,8 @@ class PartitionView:
             return "full"
         return "high" if self.utilisation >= 75 else "low"
 
-    def as_dict(self, now=None, holders=False):
-        data = {
+    def as_dict(self, now: datetime.datetime | None = None, holders: bool = False) -> dict[str, Any]:
+        data: dict[str, Any] = {
             "partition": self.key_hash,
             "label": self.label,
             "limit": self.limit,
@@ -118,19 +124,19 @@ class SemaphoreView:
     timeout: float = 0
     algorithm: str = ""
     partitioned_by: str = ""
-    partitions: list = field(default_factory=list)
+    partitions: list[PartitionView] = field(default_factory=list)
     hidden: int = 0  # partitions not read (beyond MAX_PARTITIONS)
     error: str = ""
 
     @property
-    def in_use(self):
+    def in_use(self) -> int:
         return sum(p.in_use for p in self.partitions)
 
     @property
-    def waiting(self):
+    def waiting(self) -> int:
         return sum(p.waiting for p in self.partitions)
 
-    def as_dict(self, now=None, holders=False):
+    def as_dict(self, now: datetime.datetime | None = None, holders: bool = False) -> dict[str, Any]:
         return {
             "name": self.name,
             "limit": self.limit,
@@ -143,13 +149,13 @@ class SemaphoreView:
         }
 
 
-def expires_in(holder, now=None):
+def expires_in(holder: Holder, now: datetime.datetime | None = None) -> int:
     """Whole seconds until ``holder``'s lease ends (0 once it has)."""
     now = now or timezone.now()
     return max(0, round((holder.expires_at - now).total_seconds()))
 
 
-def holder_dict(holder, now=None):
+def holder_dict(holder: Holder, now: datetime.datetime | None = None) -> dict[str, Any]:
     """A holder for JSON: token, times and meta. Never the lease identifier."""
     return {
         "token": holder.token,
@@ -160,7 +166,7 @@ def holder_dict(holder, now=None):
     }
 
 
-def _label(key_hash, holders):
+def _label(key_hash: str, holders: Iterable[Holder]) -> str:
     if key_hash == UNPARTITIONED:
         return ""
     for holder in holders:
@@ -170,7 +176,7 @@ def _label(key_hash, holders):
     return key_hash
 
 
-def _partition_view(sem, keys):
+def _partition_view(sem: Semaphore, keys: PartitionKeys) -> PartitionView:
     status = sem.status(keys=keys)
     key_hash = _key_hash(keys)
     return PartitionView(
@@ -178,12 +184,14 @@ def _partition_view(sem, keys):
     )
 
 
-def _add_holders(sem, view, keys):
+def _add_holders(sem: Semaphore, view: PartitionView, keys: PartitionKeys) -> None:
     view.holders = sem.holders(keys=keys)
     view.label = _label(view.key_hash, view.holders)
 
 
-def read_semaphore(name, key_hash=None, max_partitions=MAX_PARTITIONS, with_holders=True):
+def read_semaphore(
+    name: str, key_hash: str | None = None, max_partitions: int = MAX_PARTITIONS, with_holders: bool = True
+) -> SemaphoreView:
     """A :class:`SemaphoreView` of semaphore ``name``: every live partition, or only ``key_hash``.
 
     An unpartitioned semaphore always shows its one partition, even with no
@@ -222,7 +230,7 @@ def read_semaphore(name, key_hash=None, max_partitions=MAX_PARTITIONS, with_hold
     return view
 
 
-def read_all(max_partitions=MAX_PARTITIONS, with_holders=False):
+def read_all(max_partitions: int = MAX_PARTITIONS, with_holders: bool = False) -> list[SemaphoreView]:
     """A :class:`SemaphoreView` of every configured semaphore, in settings order."""
     return [read_semaphore(name, None, max_partitions, with_holders) for name in semaphores]
 
@@ -236,10 +244,10 @@ class Found:
 
     name: str  # the configured name, or the key slug of an unconfigured one
     configured: bool
-    partitions: list = field(default_factory=list)
+    partitions: list[PartitionKeys] = field(default_factory=list)
 
 
-def find_partitions(names=None):
+def find_partitions(names: Iterable[str] | None = None) -> list[Found]:
     """Partitions in Redis under SEMAPHORE_KEY_PREFIX, grouped by semaphore.
 
     ``names``: only those configured semaphores (one SCAN each).  Otherwise
@@ -269,7 +277,7 @@ def find_partitions(names=None):
     return list(groups.values())
 
 
-def cleanup(found, dry_run=False):
+def cleanup(found: Found, dry_run: bool = False) -> int:
     """Purge (or count, with ``dry_run``) the expired entries of ``found``'s partitions.
 
     Live holders are never touched: the purge script removes entries whose

@@ -14,6 +14,8 @@ After ``fork()`` the child starts with an empty watchdog and no thread: it
 never renews (nor releases) the leases of its parent.
 """
 
+from __future__ import annotations
+
 import asyncio
 import contextlib
 import heapq
@@ -22,20 +24,25 @@ import logging
 import os
 import threading
 import time
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from .exceptions import SemaphoreBackendError
+
+if TYPE_CHECKING:
+    from .core import Lease
 
 logger = logging.getLogger("django_semaphore")
 
 RETRY_AFTER_ERROR = 0.5  # seconds before a renewal that failed on Redis is retried
 
 
-def interval(lease):
+def interval(lease: Lease) -> float:
     """Seconds between two renewals of ``lease``: a third of its TIMEOUT."""
     return max(0.05, lease._config.timeout / 3.0)
 
 
-def _log_lost(lease):
+def _log_lost(lease: Lease) -> None:
     logger.warning(
         "Lease on semaphore %r (token %s) was lost before the view finished; it is not re-acquired.",
         lease.name,
@@ -43,7 +50,7 @@ def _log_lost(lease):
     )
 
 
-def _log_failed(lease, exc):
+def _log_failed(lease: Lease, exc: BaseException) -> None:
     logger.warning("Could not renew the lease on semaphore %r (token %s): %s", lease.name, lease.token, exc)
 
 
@@ -52,13 +59,13 @@ class Watch:
 
     __slots__ = ("lease", "due", "lock", "active")
 
-    def __init__(self, lease, due):
+    def __init__(self, lease: Lease, due: float) -> None:
         self.lease = lease
         self.due = due
         self.lock = threading.Lock()  # held while the lease is being renewed
         self.active = True
 
-    def stop(self):
+    def stop(self) -> None:
         """Stop renewing; waits for a renewal in flight, so a release cannot cross it."""
         with self.lock:
             self.active = False
@@ -68,18 +75,18 @@ class Watch:
 class Watchdog:
     """The per-process renewal thread and its schedule (a heap of due times)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._reset()
 
-    def _reset(self):
+    def _reset(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._heap = []
+        self._heap: list[tuple[float, int, Watch]] = []
         self._count = itertools.count()
-        self._thread = None
+        self._thread: threading.Thread | None = None
         self._pid = os.getpid()
-        self._watches = set()
+        self._watches: set[Watch] = set()
 
-    def watch(self, lease):
+    def watch(self, lease: Lease) -> Watch:
         """Start renewing ``lease``; returns the :class:`Watch` to stop."""
         watch = Watch(lease, time.monotonic() + interval(lease))
         with self._cond:
@@ -93,20 +100,20 @@ class Watchdog:
             self._cond.notify()
         return watch
 
-    def forget(self, watch):
+    def forget(self, watch: Watch) -> None:
         with self._cond:
             self._watches.discard(watch)
 
-    def count(self):
+    def count(self) -> int:
         """How many leases this process is renewing now (for tests and debugging)."""
         with self._cond:
             return len(self._watches)
 
     @property
-    def thread(self):
+    def thread(self) -> threading.Thread | None:
         return self._thread
 
-    def _next_due(self):
+    def _next_due(self) -> Watch | None:
         """Pop the next due watch, sleeping until it is due; None to exit."""
         with self._cond:
             while True:
@@ -124,14 +131,14 @@ class Watchdog:
                     return heapq.heappop(self._heap)[2]
                 self._cond.wait(timeout=delay)
 
-    def _run(self):
+    def _run(self) -> None:
         while True:
             watch = self._next_due()
             if watch is None:
                 return
             self._renew(watch)
 
-    def _renew(self, watch):
+    def _renew(self, watch: Watch) -> None:
         lease = watch.lease
         again = None
         with watch.lock:
@@ -145,7 +152,7 @@ class Watchdog:
                 self._watches.discard(watch)
 
     @staticmethod
-    def _refresh(lease):
+    def _refresh(lease: Lease) -> float | None:
         """Renew ``lease``; the monotonic time of its next renewal, or None to drop it."""
         try:
             if lease.refresh():
@@ -161,7 +168,7 @@ class Watchdog:
             return time.monotonic() + interval(lease)
         return None
 
-    def _after_fork_in_child(self):
+    def _after_fork_in_child(self) -> None:
         # The parent's leases belong to the parent: forget them, and the thread
         # (which did not survive the fork) with them.
         self._reset()
@@ -171,18 +178,18 @@ _watchdog = Watchdog()
 os.register_at_fork(after_in_child=_watchdog._after_fork_in_child)
 
 
-def watchdog():
+def watchdog() -> Watchdog:
     """The process's :class:`Watchdog`."""
     return _watchdog
 
 
-def watch(lease):
+def watch(lease: Lease) -> Watch:
     """Renew a sync-world ``lease`` from the watchdog thread until stopped."""
     return _watchdog.watch(lease)
 
 
 @contextlib.contextmanager
-def watching(lease):
+def watching(lease: Lease) -> Iterator[Watch]:
     """Renew ``lease`` from the watchdog thread for the ``with`` block."""
     handle = watch(lease)
     try:
@@ -192,7 +199,7 @@ def watching(lease):
 
 
 @contextlib.asynccontextmanager
-async def awatching(*leases):
+async def awatching(*leases: Lease) -> AsyncIterator[AsyncWatch]:
     """Renew ``leases`` from an asyncio task for the ``async with`` block."""
     handle = AsyncWatch(leases)
     try:
@@ -210,7 +217,7 @@ class AsyncWatch:
     thread itself, which cannot wait.
     """
 
-    def __init__(self, leases):
+    def __init__(self, leases: Iterable[Lease]) -> None:
         self.leases = list(leases)
         self._loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
@@ -220,7 +227,7 @@ class AsyncWatch:
         self._wake = asyncio.Event()
         self._task = self._loop.create_task(self._run(), name="django-semaphore-refresh")
 
-    async def _run(self):
+    async def _run(self) -> None:
         pending = {lease: time.monotonic() + interval(lease) for lease in self.leases}
         while pending:
             delay = max(0.0, min(pending.values()) - time.monotonic())
@@ -251,7 +258,7 @@ class AsyncWatch:
                 finally:
                     self._idle.set()
 
-    def abandon(self):
+    def abandon(self) -> None:
         """Stop renewing without locks or waiting (safe from a garbage-collection finalizer)."""
         self._stopped = True
         try:
@@ -259,7 +266,7 @@ class AsyncWatch:
         except RuntimeError:
             pass
 
-    def _signal(self):
+    def _signal(self) -> None:
         with self._lock:
             self._stopped = True
         try:
@@ -267,7 +274,7 @@ class AsyncWatch:
         except RuntimeError:  # the loop is closed: the task is gone with it
             pass
 
-    def stop(self, timeout=5.0):
+    def stop(self, timeout: float = 5.0) -> None:
         """Stop renewing, from any thread; waits for a renewal in flight when it can."""
         self._signal()
         try:
@@ -277,7 +284,7 @@ class AsyncWatch:
         if not on_loop:
             self._idle.wait(timeout)
 
-    async def astop(self):
+    async def astop(self) -> None:
         """Stop renewing and wait for the task to end (call on the task's loop)."""
         self._signal()
         if not self._task.done():

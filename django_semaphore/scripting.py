@@ -7,11 +7,15 @@ them on a sync client and :func:`arun` on an asyncio client, so the sync and
 async APIs share every script, key and decision.
 """
 
+from __future__ import annotations
+
 import asyncio
 import hashlib
 import time
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any, TypeVar
 
 from redis.exceptions import NoScriptError, RedisError
 
@@ -23,21 +27,21 @@ from .exceptions import SemaphoreBackendError
 class LuaScript:
     """A Lua source from ``scripts/``, run with EVALSHA and loaded on NOSCRIPT."""
 
-    _prelude = None
+    _prelude: str | None = None
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         if LuaScript._prelude is None:
             LuaScript._prelude = _read("_lib.lua")
         self.name = name
         self.source = LuaScript._prelude + _read(f"{name}.lua")
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
 
 
-def _read(filename):
-    return resources.files("django_semaphore").joinpath("scripts", filename).read_text("utf-8")
+def _read(filename: str) -> str:
+    return resources.files("django_semaphore").joinpath("scripts").joinpath(filename).read_text("utf-8")
 
 
 # The requests are plain slotted dataclasses, not frozen ones: one is built
@@ -50,15 +54,15 @@ class Script:
     """Run ``script`` with ``keys`` and ``args``."""
 
     script: LuaScript
-    keys: tuple
-    args: tuple
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
 
 
 @dataclass(slots=True)
 class Pipe:
     """Send ``commands`` (tuples) in one round trip, as MULTI/EXEC if ``transaction``."""
 
-    commands: tuple
+    commands: tuple[tuple[Any, ...], ...]
     transaction: bool = True
 
 
@@ -66,7 +70,7 @@ class Pipe:
 class Command:
     """Send one command (a tuple of its words) and return its reply."""
 
-    args: tuple
+    args: tuple[Any, ...]
 
 
 @dataclass(slots=True)
@@ -76,10 +80,18 @@ class Sleep:
     seconds: float
 
 
-_MULTI = None
+#: One request an operation yields; the driver sends back Redis's reply.
+Request = Script | Pipe | Command | Sleep
+T = TypeVar("T")
+#: An operation: a generator of requests returning its result.
+Operation = Generator[Request, Any, T]
+#: A redis-py client: Redis or RedisCluster, or their asyncio twins.
+Client = Any
+
+_MULTI: LuaScript | None = None
 
 
-def _as_script(pipe):
+def _as_script(pipe: Pipe) -> Script:
     """A MULTI/EXEC pipe as one script call: just as atomic, one slot.
 
     redis-py's asyncio RedisCluster runs a transactional pipeline's commands
@@ -90,7 +102,8 @@ def _as_script(pipe):
     global _MULTI
     if _MULTI is None:
         _MULTI = LuaScript("multi")
-    keys, args = [], []
+    keys: list[str] = []
+    args: list[Any] = []
     for command in pipe.commands:
         keys.append(command[1])
         args.append(len(command))
@@ -98,7 +111,7 @@ def _as_script(pipe):
     return Script(_MULTI, tuple(dict.fromkeys(keys)), tuple(args))
 
 
-def _backend_error(client, exc):
+def _backend_error(client: Client, exc: BaseException) -> SemaphoreBackendError:
     """The SemaphoreBackendError for a Redis failure; sends ``backend_failed``."""
     server = server_name(client)
     error = SemaphoreBackendError(f"Redis at {server} failed: {type(exc).__name__}: {exc}", server=server)
@@ -108,7 +121,7 @@ def _backend_error(client, exc):
     return error
 
 
-def execute(client, request):
+def execute(client: Client, request: Request) -> Any:
     """Execute one request on a sync client."""
     if type(request) is Script:
         numkeys = len(request.keys)
@@ -130,7 +143,7 @@ def execute(client, request):
     raise TypeError(f"not a request: {request!r}")
 
 
-async def aexecute(client, request):
+async def aexecute(client: Client, request: Request) -> Any:
     """Execute one request on an asyncio client."""
     if type(request) is Script:
         numkeys = len(request.keys)
@@ -153,25 +166,27 @@ async def aexecute(client, request):
     raise TypeError(f"not a request: {request!r}")
 
 
-def run(client, operation):
+def run(client: Client, operation: Operation[T]) -> T:
     """Drive an operation generator on a sync client; return its result."""
     try:
         request = next(operation)
         while True:
             request = operation.send(execute(client, request))
     except StopIteration as done:
-        return done.value
+        result: T = done.value
+        return result
     except RedisError as exc:
         raise _backend_error(client, exc) from exc
 
 
-def _cancel_counter():
+def _cancel_counter() -> Callable[[], int]:
     """The running task's count of cancel requests (Python 3.11+), as a callable."""
     task = asyncio.current_task()
-    return getattr(task, "cancelling", None) or (lambda: 0)
+    counter: Callable[[], int] = getattr(task, "cancelling", None) or (lambda: 0)
+    return counter
 
 
-async def arun(client, operation):
+async def arun(client: Client, operation: Operation[T]) -> T:
     """Drive an operation generator on an asyncio client; return its result.
 
     A cancellation is honoured even when redis-py loses it: its read path
@@ -192,7 +207,8 @@ async def arun(client, operation):
                 raise asyncio.CancelledError
             request = operation.send(reply)
     except StopIteration as done:
-        return done.value
+        result: T = done.value
+        return result
     except (RedisError, OSError) as exc:  # asyncio connections can raise OSError unwrapped
         if cancelling() > before:
             raise asyncio.CancelledError from exc

@@ -6,9 +6,15 @@
 prefers ``application/json``, HTML (an overridable template) to the others.
 """
 
-from django.http import HttpResponse, JsonResponse
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template import loader
 from django.utils.cache import patch_vary_headers
+
+from .exceptions import SemaphoreError, SemaphoreFull
 
 #: Seconds a client is told to wait when Redis is unreachable.
 UNAVAILABLE_RETRY_AFTER = 5
@@ -17,7 +23,7 @@ _HTML = "text/html"
 _JSON = "application/json"
 
 
-def _parse_accept(header):
+def _parse_accept(header: str) -> list[tuple[str, str, float]]:
     """[(type, subtype, q)] from an Accept header; malformed parts are skipped."""
     ranges = []
     for part in header.split(","):
@@ -38,7 +44,7 @@ def _parse_accept(header):
     return ranges
 
 
-def _quality(ranges, media):
+def _quality(ranges: list[tuple[str, str, float]], media: str) -> tuple[float, int]:
     """(q, specificity) of ``media`` under the most specific matching range."""
     main, sub = media.split("/")
     best = None
@@ -56,7 +62,7 @@ def _quality(ranges, media):
     return best or (0.0, -1)
 
 
-def prefers_json(request):
+def prefers_json(request: HttpRequest) -> bool:
     """True when the request's Accept header ranks application/json above text/html.
 
     Q-values count first, then how specifically each type was named:
@@ -70,7 +76,15 @@ def prefers_json(request):
     return json_q[0] > 0 and json_q > _quality(ranges, _HTML)
 
 
-def _respond(request, status, body, template, context, retry_after):
+def _respond(
+    request: HttpRequest,
+    status: int,
+    body: dict[str, Any],
+    template: str,
+    context: dict[str, Any],
+    retry_after: int,
+) -> HttpResponse:
+    response: HttpResponse
     if prefers_json(request):
         response = JsonResponse(body, status=status)
     else:
@@ -81,7 +95,7 @@ def _respond(request, status, body, template, context, retry_after):
     return response
 
 
-def rejected(request, exception):
+def rejected(request: HttpRequest, exception: SemaphoreFull) -> HttpResponse:
     """429 Too Many Requests with ``Retry-After``: the default SEMAPHORE_REJECT_VIEW.
 
     ``exception`` is the :class:`~django_semaphore.SemaphoreFull` (``name``,
@@ -97,7 +111,7 @@ def rejected(request, exception):
     return _respond(request, 429, body, "django_semaphore/429.html", context, retry_after)
 
 
-def unavailable(request, exception):
+def unavailable(request: HttpRequest, exception: SemaphoreError) -> HttpResponse:
     """503 Service Unavailable with ``Retry-After``: Redis could not be reached.
 
     Sent when failing closed (SEMAPHORE_FAIL_OPEN = False).  JSON body

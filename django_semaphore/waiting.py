@@ -13,11 +13,15 @@ waiter's ticket expires after ``TICKET_MS`` and stops holding up the queue.
 Algorithms without a queue (the Redis in Action variants) wait by polling.
 """
 
-import time
+from __future__ import annotations
 
-from .algorithms import Granted
+import time
+from typing import Any
+
+from .algorithms import Granted, Outcome
 from .connection import socket_timeout
-from .scripting import Command, Sleep, arun, run
+from .keys import PartitionKeys
+from .scripting import Client, Command, Operation, Sleep, arun, run
 
 HEARTBEAT = 1.0  # seconds: longest BLPOP before a waiter renews its ticket
 TICKET_MS = 3000  # a ticket not renewed within this is abandoned
@@ -25,7 +29,7 @@ POLL = 0.05  # seconds between attempts for algorithms without a queue
 MIN_BLOCK = 0.001  # BLPOP 0 would block forever
 
 
-def _block_for(client, remaining, retry_after_ms):
+def _block_for(client: Client, remaining: float, retry_after_ms: float) -> float:
     timeout = min(remaining, retry_after_ms / 1000.0 + 0.001, HEARTBEAT)
     read_timeout = socket_timeout(client)
     if read_timeout:
@@ -33,13 +37,24 @@ def _block_for(client, remaining, retry_after_ms):
     return max(timeout, MIN_BLOCK)
 
 
-def wait_ops(algorithm, keys, limit, timeout_ms, identifier, meta_json, wait, client):
+def wait_ops(
+    algorithm: Any,
+    keys: PartitionKeys,
+    limit: int,
+    timeout_ms: int,
+    identifier: str,
+    meta_json: str,
+    wait: float,
+    client: Client,
+) -> Operation[Outcome]:
     """One waiting acquire as a generator of requests; returns the last outcome."""
 
     deadline = time.monotonic() + wait
     ticket_ms = TICKET_MS if algorithm.queues else 0
     while True:
-        outcome = yield from algorithm.acquire(keys, limit, timeout_ms, identifier, meta_json, ticket_ms)
+        outcome: Outcome = yield from algorithm.acquire(
+            keys, limit, timeout_ms, identifier, meta_json, ticket_ms
+        )
         if isinstance(outcome, Granted):
             return outcome
         remaining = deadline - time.monotonic()
@@ -55,9 +70,9 @@ def wait_ops(algorithm, keys, limit, timeout_ms, identifier, meta_json, wait, cl
     return outcome
 
 
-def wait_sync(client, *args):
-    return run(client, wait_ops(*args, client))
+def wait_sync(client: Client, *args: Any) -> Outcome:
+    return run(client, wait_ops(*args, client))  # type: ignore[call-arg]
 
 
-async def wait_async(client, *args):
-    return await arun(client, wait_ops(*args, client))
+async def wait_async(client: Client, *args: Any) -> Outcome:
+    return await arun(client, wait_ops(*args, client))  # type: ignore[call-arg]

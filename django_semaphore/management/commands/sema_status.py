@@ -4,6 +4,12 @@ The terminal twin of the admin pages.  Exit codes: 0 done, 1 Redis failed,
 2 NAME is not in SEMAPHORES.
 """
 
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from collections.abc import Collection, Sequence
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
@@ -11,12 +17,12 @@ from django_semaphore import monitor, semaphores
 from django_semaphore.exceptions import SemaphoreBackendError
 
 
-def format_table(headers, rows, right=()):
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Collection[int] = ()) -> str:
     """Plain-text columns; indexes in ``right`` are right-aligned."""
     rows = [[str(cell) for cell in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
 
-    def line(cells):
+    def line(cells: Sequence[str]) -> str:
         out = [
             c.rjust(w) if i in right else c.ljust(w)
             for i, (c, w) in enumerate(zip(cells, widths, strict=True))
@@ -35,7 +41,7 @@ class Command(BaseCommand):
         "also that semaphore's holders in token order (token, acquired, expires in, meta)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
             "name",
             nargs="?",
@@ -49,7 +55,13 @@ class Command(BaseCommand):
             help=f"Partitions listed per semaphore, busiest first. Default: {monitor.MAX_PARTITIONS}.",
         )
 
-    def handle(self, *args, name=None, max_partitions=monitor.MAX_PARTITIONS, **options):
+    def handle(
+        self,
+        *args: Any,
+        name: str | None = None,
+        max_partitions: int = monitor.MAX_PARTITIONS,
+        **options: Any,
+    ) -> None:
         if name is not None and name not in semaphores:
             raise CommandError(
                 f"Unknown semaphore {name!r}. SEMAPHORES has: {', '.join(map(repr, semaphores)) or 'none'}.",
@@ -67,8 +79,8 @@ class Command(BaseCommand):
             self.stdout.write("")
             self.stdout.write(self.holders(views[0]))
 
-    def summary(self, views):
-        rows = []
+    def summary(self, views: list[monitor.SemaphoreView]) -> str:
+        rows: list[list[object]] = []
         for view in views:
             if view.error:
                 rows.append([view.name, f"error: {view.error}", "", "", "", ""])
@@ -85,7 +97,7 @@ class Command(BaseCommand):
         headers = ["SEMAPHORE", "PARTITION", "LIMIT", "IN USE", "FREE", "WAITING"]
         return format_table(headers, rows, right={2, 3, 4, 5})
 
-    def holders(self, view):
+    def holders(self, view: monitor.SemaphoreView) -> str:
         now = timezone.now()
         blocks = []
         for partition in view.partitions:
