@@ -55,22 +55,28 @@ if limit - live > ahead then
     redis.call('ZREM', KEYS[5], id)
     redis.call('DEL', ARGV[6] .. id)
   end
-  -- The fair counter: seeded from server time when its key is gone, so tokens
-  -- keep increasing across idle periods; returned as a string to stay exact.
-  local n = redis.call('HINCRBY', KEYS[3], '#', 1)
+  -- The fair counter: the next token is the larger of the last token + 1
+  -- and the server time in microseconds. Tokens keep increasing across idle
+  -- periods in which the keys expired, and across a failover to a replica
+  -- that had not yet received the last tokens (as long as the servers'
+  -- clocks agree to within the failover time). Returned as a string to stay
+  -- exact; past 2^53 the server's integer arithmetic takes over.
+  local last = redis.call('HGET', KEYS[3], '#')
   local token
-  if n == 1 then
-    token = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
-    redis.call('HSET', KEYS[3], '#', token)
-  elseif n >= 9007199254740992 then
+  local n = last and tonumber(last) or 0
+  if n >= 9007199254740991 then
+    redis.call('HINCRBY', KEYS[3], '#', 1)
     token = redis.call('HGET', KEYS[3], '#')
+    redis.call('HSET', KEYS[3], id, token .. ':' .. now .. ':' .. ARGV[4])
   else
+    local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+    if micros > n then n = micros else n = n + 1 end
     token = string.format('%.0f', n)
+    redis.call('HSET', KEYS[3], '#', token, id, token .. ':' .. now .. ':' .. ARGV[4])
   end
   redis.call('ZADD', KEYS[2], token, id)
-  redis.call('HSET', KEYS[3], id, token .. ':' .. now .. ':' .. ARGV[4])
-  -- live == 0: the ZSETs were (re)created; n == 1: the HASH was.
-  keep_alive(now, expires, lease, live == 0 or n == 1)
+  -- live == 0: the ZSETs were (re)created; no counter: the HASH was.
+  keep_alive(now, expires, lease, live == 0 or not last)
   return {1, token, now, expires}
 end
 
