@@ -596,21 +596,13 @@ def _forget_other_servers(*, setting: str, **kwargs: Any) -> None:
         _unanswered.clear()
 
 
-def _forget_and_report(config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> Operation[bool]:
-    algorithm = ALGORITHMS[config.algorithm]
-    held = yield from algorithm.release(keys, config.limit, identifier)
-    if algorithm.queues:
-        yield from algorithm.abandon(keys, config.limit, identifier)
-    return held
-
-
 def _forget_unanswered(client: Client, keys: PartitionKeys) -> bool:
     """Give back what unanswered acquires took; True if one held a slot of ``keys``."""
     freed = False
     items = _unanswered.take()
     for index, (_, config, orphan_keys, identifier) in enumerate(items):
         try:
-            held = run(client, _forget_and_report(config, orphan_keys, identifier))
+            held = run(client, _forget(config, orphan_keys, identifier))
         except SemaphoreBackendError:
             _unanswered.put_back(items[index:])
             break
@@ -624,7 +616,7 @@ async def _aforget_unanswered(client: Client, keys: PartitionKeys) -> bool:
     items = _unanswered.take()
     for index, (_, config, orphan_keys, identifier) in enumerate(items):
         try:
-            held = await arun(client, _forget_and_report(config, orphan_keys, identifier))
+            held = await arun(client, _forget(config, orphan_keys, identifier))
         except SemaphoreBackendError:
             _unanswered.put_back(items[index:])
             break
@@ -632,12 +624,14 @@ async def _aforget_unanswered(client: Client, keys: PartitionKeys) -> bool:
     return freed
 
 
-def _forget(config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> Operation[None]:
-    """Undo an interrupted acquire: release a slot it may hold, drop its ticket."""
+def _forget(config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> Operation[bool]:
+    """Undo an acquire whose answer was lost: release a slot it may hold, drop its
+    ticket; True if it held a slot."""
     algorithm = ALGORITHMS[config.algorithm]
-    yield from algorithm.release(keys, config.limit, identifier)
+    held = yield from algorithm.release(keys, config.limit, identifier)
     if algorithm.queues:
         yield from algorithm.abandon(keys, config.limit, identifier)
+    return held
 
 
 def _scan(client: Client, pattern: str) -> Iterator[bytes]:
