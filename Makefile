@@ -5,10 +5,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
+DOCS_STAMP := $(VENV)/.docs-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install test lint typecheck matrix demo screenshots bench clean
+.PHONY: install test lint typecheck matrix demo screenshots bench docs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +23,11 @@ $(BENCH_STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e ".[bench,hiredis]"
 	touch $(BENCH_STAMP)
+
+$(DOCS_STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	touch $(DOCS_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check django_semaphore tests testproject benchmarks conftest.py
@@ -43,15 +49,20 @@ matrix: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python testproject/manage.py demo --addrport $(HOST):$(PORT)
 
-# The README pictures (docs/*.png), taken by the browser tests in Debian's Chromium.
+# The documentation's pictures (docs/images/*.png), taken by the browser tests in Debian's Chromium.
 screenshots: $(STAMP)
-	SEMAPHORE_SCREENSHOTS=docs SEMAPHORE_REQUIRE_BROWSER=1 \
+	SEMAPHORE_SCREENSHOTS=docs/images SEMAPHORE_REQUIRE_BROWSER=1 \
 		$(BIN)/python -m pytest -m browser tests/test_admin_browser.py tests/test_demo.py $(PYTEST_ARGS)
 
 # One table of every benchmark figure against throwaway redis-servers (a few
-# minutes); also writes docs/bench-cycles.png. BENCH_ARGS=--quick for a smoke run.
+# minutes); also writes docs/images/bench-cycles.png. BENCH_ARGS=--quick for a smoke run.
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
+# The manual (docs/, Sphinx and Furo) as HTML in docs/_build/html. -W: a warning
+# (a broken reference, a docstring with bad markup, a missing image) fails the build.
+docs: $(DOCS_STAMP)
+	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) .nox .mypy_cache build dist *.egg-info testproject/db.sqlite3 tests/*.sqlite3
+	rm -rf $(VENV) .nox .mypy_cache build dist *.egg-info docs/_build testproject/db.sqlite3 tests/*.sqlite3

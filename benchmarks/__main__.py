@@ -63,8 +63,8 @@ def options(argv):
     parser.add_argument(
         "--chart",
         metavar="PATH",
-        default=os.path.join(ROOT, "docs", "bench-cycles.png"),
-        help="where to write the chart (default docs/bench-cycles.png; '' for none)",
+        default=os.path.join(ROOT, "docs", "images", "bench-cycles.png"),
+        help="where to write the chart (default docs/images/bench-cycles.png; '' for none)",
     )
     return parser.parse_args(argv)
 

@@ -1,4 +1,4 @@
-"""docs/bench-cycles.png: cycle rate per algorithm and holder count against the PING-pair floor.
+"""docs/images/bench-cycles.png: cycle rate per algorithm and holder count against the PING-pair floor.
 
 Bars are each contender's rate as a fraction of the floor measured right
 before it (median over rounds), the figure the table's ratios give; the

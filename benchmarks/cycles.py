@@ -33,7 +33,7 @@ def fill(sem, holders, client):
                 f"fill{i}",
                 meta,
                 0,
-                keys.wake_prefix,
+                "",
             )
         try:
             pipe.execute()
@@ -120,8 +120,8 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
 
     def raw_scripts():  # our two scripts, called without the Python layer above them
         identifier = os.urandom(16).hex()
-        client.evalsha(ACQUIRE.sha, 5, *raw_keys.main, 5, 60000, identifier, meta, 0, raw_keys.wake_prefix)
-        client.evalsha(RELEASE.sha, 5, *raw_keys.main, identifier, 5, raw_keys.wake_prefix)
+        granted = client.evalsha(ACQUIRE.sha, 5, *raw_keys.main, 5, 60000, identifier, meta, 0, "")
+        client.evalsha(RELEASE.sha, 5, *raw_keys.main, identifier, 5, granted[2])  # [2]: acquired ms
 
     raw_sem.acquire().release()  # loads both scripts
     contenders = {"floor": floor, "script floor": script_floor, "raw scripts": raw_scripts}

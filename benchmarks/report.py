@@ -1,4 +1,4 @@
-"""The one table of a run, as a reStructuredText simple table (pasteable into the README)."""
+"""The one table of a run, as a reStructuredText simple table (pasteable into docs/benchmarks.rst)."""
 
 
 def _fmt(value, spec):

@@ -3,8 +3,8 @@
 The tests skip with a reason when /usr/bin/chromium is missing, unless
 SEMAPHORE_REQUIRE_BROWSER=1 (set by .ci/run), which makes that a failure.
 ``playwright install`` is never used: the browser is the system package.
-Set SEMAPHORE_SCREENSHOTS=<dir> to save the README screenshots there
-(``make screenshots`` does, with docs/).
+Set SEMAPHORE_SCREENSHOTS=<dir> to save the documentation's screenshots there
+(``make screenshots`` does, with docs/images/).
 """
 
 import contextlib
@@ -66,7 +66,7 @@ def new_page(browser, **options):
 
 
 def screenshot(page, filename, width=1440, selector="#content"):
-    """Save a README screenshot when SEMAPHORE_SCREENSHOTS names a directory.
+    """Save a documentation screenshot when SEMAPHORE_SCREENSHOTS names a directory.
 
     The page is laid out ``width`` pixels wide and the picture ends where
     ``selector`` (the admin's content column by default) does.

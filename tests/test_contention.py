@@ -9,7 +9,7 @@ real over-admission (the count is a lower bound).
 
 "lua" and "fair_locked" must never exceed the limit.  "fair" and "basic"
 are known to over-admit (system check W001): their counts are printed, not
-asserted; the README quotes them.
+asserted; docs/algorithms.rst quotes them.
 """
 
 import json

@@ -5,22 +5,22 @@ Once prometheus-client is installed, the app's ``ready()`` calls
 :mod:`django_semaphore.signals` (the only coupling to the rest of the app) and
 registers, in prometheus-client's default registry:
 
-========================================== ======== ==============================================
-metric                                      type     labels and meaning
-========================================== ======== ==============================================
-``django_semaphore_limit``                 gauge    ``semaphore``: LIMIT (per partition)
-``django_semaphore_holders``               gauge    ``semaphore``: live holders, all partitions
-``django_semaphore_partition_holders_max`` gauge    ``semaphore``: holders of the busiest partition
-``django_semaphore_waiting``               gauge    ``semaphore``: callers queueing for a slot
-``django_semaphore_partitions``            gauge    ``semaphore``: partitions with a holder or waiter
-``django_semaphore_up``                    gauge    1 if Redis answered this scrape, else 0
-``django_semaphore_acquisitions_total``    counter  ``semaphore``: slots granted
-``django_semaphore_refusals_total``        counter  ``semaphore``: callers refused (SemaphoreFull)
-``django_semaphore_releases_total``        counter  ``semaphore``: leases released
-``django_semaphore_lost_leases_total``     counter  ``semaphore``: leases found lost
-``django_semaphore_backend_failures_total`` counter ``server``: Redis failures
-``django_semaphore_wait_seconds``          histogram ``semaphore``, ``outcome`` (acquired/refused)
-========================================== ======== ==============================================
+=========================================== ========= =================================================
+metric                                      type      labels and meaning
+=========================================== ========= =================================================
+``django_semaphore_limit``                  gauge     ``semaphore``: LIMIT (per partition)
+``django_semaphore_holders``                gauge     ``semaphore``: live holders, all partitions
+``django_semaphore_partition_holders_max``  gauge     ``semaphore``: holders of the busiest partition
+``django_semaphore_waiting``                gauge     ``semaphore``: callers queueing for a slot
+``django_semaphore_partitions``             gauge     ``semaphore``: partitions with a holder or waiter
+``django_semaphore_up``                     gauge     1 if Redis answered this scrape, else 0
+``django_semaphore_acquisitions_total``     counter   ``semaphore``: slots granted
+``django_semaphore_refusals_total``         counter   ``semaphore``: callers refused (SemaphoreFull)
+``django_semaphore_releases_total``         counter   ``semaphore``: leases released
+``django_semaphore_lost_leases_total``      counter   ``semaphore``: leases found lost
+``django_semaphore_backend_failures_total`` counter   ``server``: Redis failures
+``django_semaphore_wait_seconds``           histogram ``semaphore``, ``outcome`` (acquired/refused)
+=========================================== ========= =================================================
 
 The gauges are read from Redis at scrape time (one SCAN for every
 semaphore's partitions, then one status script per partition), so every
