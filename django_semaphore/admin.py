@@ -8,17 +8,19 @@ that read Redis.  Every view goes through ``self.admin_site.admin_view``
 
     my_site.register(Semaphore, SemaphoreAdmin)
 
-Users with the ``view`` permission see the figures and the holders' meta;
-with the ``change`` permission they also get the force-release and
-purge-expired buttons.  Lease identifiers are never shown to anyone: a
+Users with the ``view`` permission see the figures and every key and value
+of the holders' meta (the web layer's and the caller's own); with the
+``change`` permission they also get the force-release and purge-expired
+buttons.  Lease identifiers are never shown to anyone: a
 force-release names the holder by partition and fencing token, which
 cannot be replayed against a later holder because tokens only increase.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
@@ -178,7 +180,10 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         now = timezone.now()
         names = self._user_names(h.meta.get("user") for p in view.partitions for h in p.holders)
         for p in view.partitions:
-            p.rows = [(h, monitor.expires_in(h, now), names.get(str(h.meta.get("user")))) for h in p.holders]  # type: ignore[attr-defined]
+            p.rows = [  # type: ignore[attr-defined]
+                (h, monitor.expires_in(h, now), names.get(str(h.meta.get("user"))), meta_items(h.meta))
+                for h in p.holders
+            ]
         query = f"?partition={partition}" if partition else ""
         return self._context(
             request,
@@ -314,6 +319,50 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             self.log_change(request, Semaphore(name=name), text)
         messages.success(request, text)
         return self._back(request, object_id)
+
+
+#: Meta keys listed first, in this order: the web layer's, then the engine's.
+#: The caller's own keys follow in name order; "user" has a column of its own.
+META_ORDER = ("method", "path", "remote_addr", "key", "host", "pid")
+#: Characters of a meta key / value shown in the holder table: the page stays
+#: readable whatever a caller stores, and the full text is in the tooltip.
+META_KEY_CHARS = 40
+META_VALUE_CHARS = 80
+
+
+class MetaItem(NamedTuple):
+    """One meta key and value as the holder table shows it (``*_title``: the full text, if cut)."""
+
+    key: str
+    key_shown: str
+    key_title: str | None
+    shown: str
+    title: str | None
+
+
+def _cut(text: str, limit: int) -> tuple[str, str | None]:
+    if len(text) <= limit:
+        return text, None
+    return text[: limit - 1] + "…", text
+
+
+def meta_items(meta: dict[str, Any]) -> list[MetaItem]:
+    """Every key and value of a holder's meta but "user", in display order.
+
+    Strings are shown as they are, anything else as JSON (``3``, ``null``,
+    ``["a", "b"]``).  Keys and values are cut to :data:`META_KEY_CHARS` /
+    :data:`META_VALUE_CHARS` characters; the template escapes them.
+    """
+    first = [key for key in META_ORDER if key in meta]
+    rest = sorted(key for key in meta if key not in META_ORDER and key != "user")
+    items = []
+    for key in first + rest:
+        value = meta[key]
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        key_shown, key_title = _cut(key, META_KEY_CHARS)
+        shown, title = _cut(text, META_VALUE_CHARS)
+        items.append(MetaItem(key, key_shown, key_title, shown, title))
+    return items
 
 
 def describe_holder(holder: Holder, key_hash: str) -> str:

@@ -22,6 +22,8 @@
 | W001 | ALGORITHM "basic" or "fair": over-admits under contention |
 | W002 | (deploy) the django-redis alias has no SOCKET_CONNECT_TIMEOUT / SOCKET_TIMEOUT |
 | W003 | (deploy) Redis cannot be reached |
+| W004 | (deploy) Redis's maxmemory-policy is not noeviction: it may evict live holders |
+| I001 | (deploy) maxmemory-policy cannot be read (CONFIG refused, as on many managed Redis) |
 """
 
 from __future__ import annotations
@@ -82,3 +84,84 @@ def check_redis(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -
             )
         )
     return messages
+
+
+#: The one maxmemory-policy under which Redis never drops a semaphore key to
+#: make room: every key the app writes has a TTL, so the volatile-* policies
+#: can evict them as well as the allkeys-* ones.
+SAFE_POLICY = "noeviction"
+
+
+def _where() -> str:
+    value = conf.setting("SEMAPHORE_REDIS")
+    if isinstance(value, str):
+        return f"CACHES[{value!r}] (SEMAPHORE_REDIS = {value!r})"
+    return "SEMAPHORE_REDIS"
+
+
+def _policies(client: Any) -> list[tuple[str, str]]:
+    """[(server, maxmemory-policy)] of the one server, or of every primary of a cluster."""
+    from . import connection
+
+    if connection.is_cluster(client):
+        return [
+            (node.name, _policy(node.redis_connection.config_get("maxmemory-policy")))
+            for node in client.get_primaries()
+        ]
+    return [("", _policy(client.config_get("maxmemory-policy")))]
+
+
+def _policy(reply: dict[Any, Any]) -> str:
+    value = reply.get("maxmemory-policy", reply.get(b"maxmemory-policy", ""))
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@checks.register("django_semaphore", deploy=True)
+def check_eviction_policy(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Deploy check: the semaphore Redis must not evict keys (maxmemory-policy noeviction).
+
+    An evicted owner or timeout ZSET forgets live holders, and the semaphore
+    then admits more than LIMIT callers.  Reads ``CONFIG GET maxmemory-policy``
+    from the server, or from every primary of a cluster.  A server that
+    refuses CONFIG (renamed or denied by an ACL, as on many managed services)
+    gets an info, not an error; an unreachable one is W003's to report.
+    """
+    if any(not p.warning for p in conf.all_problems()):
+        return []
+    import redis
+    from redis.exceptions import RedisClusterException
+
+    from . import connection
+
+    try:
+        policies = _policies(connection.get_client())
+    except (redis.ConnectionError, redis.TimeoutError, RedisClusterException):
+        return []  # W003 (check_redis) says the server cannot be reached
+    except Exception as exc:
+        return [
+            checks.Info(
+                f"The maxmemory-policy of the Redis in {_where()} could not be read ({exc}), so "
+                "whether it may evict live semaphore holders is unknown.",
+                hint=f"Make sure that server runs maxmemory-policy {SAFE_POLICY} (on a managed "
+                "Redis, in its parameter group or settings page).",
+                id="django_semaphore.I001",
+            )
+        ]
+    unsafe = [(server, policy) for server, policy in policies if policy != SAFE_POLICY]
+    if not unsafe:
+        return []
+    found = ", ".join(f"{policy!r} on {server}" if server else repr(policy) for server, policy in unsafe)
+    return [
+        checks.Warning(
+            f"The Redis in {_where()} runs maxmemory-policy {found}: when it reaches maxmemory it "
+            "evicts keys, semaphore keys included (they all have a TTL), and a semaphore whose "
+            "holders were evicted admits more than LIMIT callers.",
+            hint=f"Give the semaphores a Redis server of their own running maxmemory-policy "
+            f"{SAFE_POLICY} (the policy is per server: another database number does not help), "
+            "and point SEMAPHORE_REDIS at it: another CACHES alias, or SEMAPHORE_REDIS = "
+            '{"URL": "redis://…"}. Or set noeviction on this server if nothing on it is a cache.',
+            id="django_semaphore.W004",
+        )
+    ]

@@ -77,6 +77,9 @@ CACHES = {
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 LOGIN_URL = "admin:login"
+# {"username", "password" ("" if not the default), "created"}: set by ``manage.py demo``
+# for the home page's "how to log in" line.
+DEMO_ADMIN = None
 
 # -- django-semaphore ------------------------------------------------------------
 

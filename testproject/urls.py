@@ -5,6 +5,7 @@ from testproject.demo import views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("report/", views.report, name="report"),
     path("me/", views.per_user, name="per-user"),
     path("api/items/", views.api_items, name="api-items"),

@@ -4,8 +4,10 @@ The browser tests (tests/test_admin_browser.py) drive the same pages in
 Chromium; these cover permissions, JSON, LogEntry and error paths fast.
 """
 
+import os
 import threading
 import time
+from html.parser import HTMLParser
 from io import StringIO
 
 import pytest
@@ -240,7 +242,7 @@ def test_user_pk_in_meta_is_shown_with_the_username(client, viewer):
         html = client.get(LIST_URL + "reports/").content.decode()
     finally:
         lease.release()
-    assert f'<td class="field-user">viewer <span class="sema-muted">({viewer.pk})</span></td>' in html
+    assert f'>viewer <span class="sema-muted">({viewer.pk})</span></td>' in html
 
 
 @pytest.mark.parametrize("backend", ["cluster"], indirect=True)
@@ -300,3 +302,155 @@ def test_waiting_callers_are_counted(client, viewer, settings):
         waiter.join(30)
     assert got and got[0] is not None
     got[0].release()
+
+
+# -- every meta key and value -------------------------------------------------------
+
+
+class _HolderRow(HTMLParser):
+    """The meta items of one holder row: [(key, shown text, title or None)], and the row's text."""
+
+    def __init__(self, token):
+        super().__init__()
+        self.token = str(token)
+        self.depth = 0  # > 0 while inside the row
+        self.items = []
+        self.text = []
+        self._field = None  # "dt" or "dd" while inside one of an item
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "tr" and attrs.get("data-token") == self.token:
+            self.depth = 1
+        elif self.depth and tag == "tr":
+            self.depth += 1
+        if not self.depth:
+            return
+        if tag == "div" and "sema-meta-item" in (attrs.get("class") or "").split():
+            self.items.append([attrs.get("data-key"), "", "", None])
+        elif tag in ("dt", "dd") and self.items:
+            self._field = tag
+            if tag == "dd":
+                self.items[-1][3] = attrs.get("title")
+
+    def handle_endtag(self, tag):
+        if self.depth and tag == "tr":
+            self.depth -= 1
+        if tag in ("dt", "dd"):
+            self._field = None
+
+    def handle_data(self, data):
+        if not self.depth:
+            return
+        self.text.append(data)
+        if self._field == "dt":
+            self.items[-1][1] += data
+        elif self._field == "dd":
+            self.items[-1][2] += data
+
+
+def holder_row(html, token):
+    """{key: (dt text, dd text, dd title)} of the holder row with this token, and the row's text."""
+    parser = _HolderRow(token)
+    parser.feed(html)
+    assert parser.text, f"no holder row with token {token}"
+    return {key: (dt, dd, title) for key, dt, dd, title in parser.items}, "".join(parser.text)
+
+
+def test_every_meta_key_and_value_is_shown_in_the_holder_row(client, viewer):
+    meta = {
+        "job": "nightly-report",
+        "method": "POST",
+        "path": "/reports/export/",
+        "remote_addr": "10.0.0.9",
+        "attempt": 3,
+        "tags": ["eu", "daily"],
+        "dry": None,
+        "options": {"format": "csv"},
+    }
+    lease = semaphores["reports"].acquire(meta=meta)
+    try:
+        client.force_login(viewer)
+        html = client.get(LIST_URL + "reports/").content.decode()
+        fragment = client.get(LIST_URL + "reports/status.json").json()["html"]
+    finally:
+        lease.release()
+    for page in (html, fragment):  # the page and the fragment the refresh script swaps in
+        items, text = holder_row(page, lease.token)
+        print({k: v[1] for k, v in items.items()})
+        assert "nightly-report" in text
+        expected = {
+            "job": "nightly-report",
+            "method": "POST",
+            "path": "/reports/export/",
+            "remote_addr": "10.0.0.9",
+            "attempt": "3",
+            "tags": '["eu", "daily"]',
+            "dry": "null",
+            "options": '{"format": "csv"}',
+            "host": _host(),
+            "pid": str(os.getpid()),
+        }
+        assert {key: dd for key, (dt, dd, title) in items.items()} == expected
+        assert all(dt == key for key, (dt, dd, title) in items.items())
+        # The web layer's keys first, then the engine's, then the caller's own in name order.
+        assert list(items) == [
+            "method",
+            "path",
+            "remote_addr",
+            "host",
+            "pid",
+            "attempt",
+            "dry",
+            "job",
+            "options",
+            "tags",
+        ]
+
+
+def _host():
+    import socket
+
+    return socket.gethostname()
+
+
+def test_partition_key_and_user_are_shown_too(client, viewer):
+    lease = semaphores["per-user"].acquire(key="user:7", meta={"user": str(viewer.pk), "job": "sync"})
+    try:
+        client.force_login(viewer)
+        html = client.get(LIST_URL + f"per-user/?partition={key_hash('user:7')}").content.decode()
+    finally:
+        lease.release()
+    items, text = holder_row(html, lease.token)
+    assert items["key"][1] == "user:7" and items["job"][1] == "sync"
+    assert "user" not in items  # it has a column of its own, with the username
+    assert f"viewer ({viewer.pk})" in " ".join(text.split())
+
+
+HOSTILE_KEY = '<script>alert("k")</script>'
+HOSTILE_VALUE = "<img src=x onerror=alert(1)>\"'&"
+
+
+def test_hostile_and_long_meta_is_escaped_and_bounded(client, viewer):
+    long_value = "v" * 5000 + "-END"
+    long_key = "k" * 300
+    meta = {HOSTILE_KEY: HOSTILE_VALUE, "long": long_value, long_key: "x", "path": "/" + "p" * 2000}
+    lease = semaphores["reports"].acquire(meta=meta)
+    try:
+        client.force_login(viewer)
+        html = client.get(LIST_URL + "reports/").content.decode()
+    finally:
+        lease.release()
+    assert "<script>" not in html and "<img" not in html
+    items, text = holder_row(html, lease.token)
+    print(f"page {len(html)} bytes; shown lengths:", {k[:12]: len(v[1]) for k, v in items.items()})
+    # The parser unescapes: what the browser shows is the original text.
+    assert items[HOSTILE_KEY][1] == HOSTILE_VALUE
+    # Long values are cut short on the page; the full value is in the title (a tooltip).
+    dt, dd, title = items["long"]
+    assert len(dd) <= 80 and dd.endswith("…") and "-END" not in dd
+    assert title == long_value
+    assert len(items["path"][1]) <= 80 and items["path"][2] == meta["path"]
+    assert len(items[long_key][0]) <= 40
+    # Short values need no tooltip.
+    assert items[HOSTILE_KEY][2] is None

@@ -101,11 +101,13 @@ def test_login_find_semaphores_see_holders_and_force_release(browser, live_serve
             [str(alice.token), str(bob.token), str(carol.token)]
         )
         expect(rows.locator(".field-user")).to_have_text(["alice", "bob", "carol"])
-        expect(rows.nth(1).locator(".field-method")).to_have_text("POST")
-        expect(rows.nth(1).locator(".field-path")).to_have_text("/reports/export/")
-        expect(rows.nth(1).locator(".field-remote_addr")).to_have_text("10.0.0.12")
-        expect(rows.nth(1).locator(".field-host")).to_have_text(bob_host(bob))
-        expect(rows.nth(1).locator(".field-pid")).to_have_text(re.compile(r"^\d+$"))
+        meta = rows.nth(1).locator(".field-meta")
+        expect(meta.locator("dt")).to_have_text(["method", "path", "remote_addr", "host", "pid"])
+        expect(meta.locator('[data-key="method"] dd')).to_have_text("POST")
+        expect(meta.locator('[data-key="path"] dd')).to_have_text("/reports/export/")
+        expect(meta.locator('[data-key="remote_addr"] dd')).to_have_text("10.0.0.12")
+        expect(meta.locator('[data-key="host"] dd')).to_have_text(bob_host(bob))
+        expect(meta.locator('[data-key="pid"] dd')).to_have_text(re.compile(r"^\d+$"))
         expect(rows.nth(1).locator(".field-expires_in")).to_have_text(re.compile(r"^\d+ s$"))
         for lease in holders:
             assert lease.identifier not in page.content()
@@ -213,3 +215,66 @@ def test_a_missing_browser_skips_locally_and_fails_in_ci(monkeypatch):
     monkeypatch.setenv("SEMAPHORE_REQUIRE_BROWSER", "1")
     with pytest.raises(pytest.fail.Exception, match="SEMAPHORE_REQUIRE_BROWSER=1"), browser.chromium():
         pass
+
+
+# Every box from the holder table up to the page: none may need a horizontal scrollbar.
+OVERFLOW_JS = """(selector) => {
+    const table = document.querySelector(selector);
+    const boxes = [];
+    for (let e = table.parentElement; e; e = e.parentElement) {
+        boxes.push({
+            box: e.id ? '#' + e.id : e.tagName.toLowerCase() + '.' + [...e.classList].join('.'),
+            overflow: e.scrollWidth - e.clientWidth,
+        });
+    }
+    const columns = [...table.querySelectorAll('thead th')].map(
+        th => th.textContent.trim() + ' ' + Math.round(th.getBoundingClientRect().width));
+    return {table: Math.round(table.getBoundingClientRect().width), columns, boxes};
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 1024, 768, 390])
+def test_holder_table_fits_its_container(browser, live_server, holders, width):
+    """No horizontal overflow at a common desktop width and narrower ones, with long meta values."""
+    from playwright.sync_api import expect
+
+    _user("admin", superuser=True)
+    long_meta = {
+        "job": "nightly-report",
+        "path": "/reports/" + "very-long-segment/" * 20,
+        "trace": "x" * 400,
+        "query": "&".join(f"filter{n}=value{n}" for n in range(40)),
+        **{f"extra_{n}": f"value number {n}" for n in range(12)},
+    }
+    extra = semaphores["reports"].acquire(meta=long_meta)
+    assert extra
+    try:
+        with new_page(browser) as page:
+            page.set_viewport_size({"width": width, "height": 800})
+            _login(page, live_server, "admin", LIST_PATH + "reports/")
+            expect(page.locator("tr.sema-holder")).to_have_count(4)
+            page.wait_for_load_state("load")  # every stylesheet and script applied
+            measured = page.evaluate(OVERFLOW_JS, "table.sema-holders")
+            print(f"viewport {width}px:", measured)
+            worst = max(measured["boxes"], key=lambda b: b["overflow"])
+            assert worst["overflow"] <= 0, f"{worst['box']} overflows by {worst['overflow']} px: {measured}"
+    finally:
+        extra.release()
+
+
+@pytest.mark.parametrize("width", [1280, 768, 390])
+def test_list_page_never_scrolls_sideways(browser, live_server, holders, width):
+    """The list page's table may scroll inside its own box (as Django's changelists do), the page never."""
+    from playwright.sync_api import expect
+
+    _user("admin", superuser=True)
+    with new_page(browser) as page:
+        page.set_viewport_size({"width": width, "height": 800})
+        _login(page, live_server, "admin", LIST_PATH)
+        expect(page.locator("tbody.sema-group")).to_have_count(3)
+        page.wait_for_load_state("load")
+        measured = page.evaluate(OVERFLOW_JS, "table.sema-table")
+        print(f"viewport {width}px:", measured)
+        outside = [b for b in measured["boxes"] if not b["box"].startswith("div.results")]
+        worst = max(outside, key=lambda b: b["overflow"])
+        assert worst["overflow"] <= 0, f"{worst['box']} overflows by {worst['overflow']} px: {measured}"

