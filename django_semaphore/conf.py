@@ -485,6 +485,35 @@ def check_global(ids: Iterable[str] = ENGINE_CHECKS) -> None:
             raise problem.as_exception()
 
 
+# The setting each global check id is about, to name it in boot_errors().
+_GLOBAL_SETTINGS = {
+    "django_semaphore.E001": "SEMAPHORES",
+    "django_semaphore.E014": "SEMAPHORE_KEY_PREFIX",
+    "django_semaphore.E015": "SEMAPHORE_FAIL_OPEN",
+    "django_semaphore.E016": "SEMAPHORE_REJECT_VIEW",
+    "django_semaphore.E017": "SEMAPHORE_REDIS",
+}
+
+
+def boot_errors() -> list[tuple[str, Problem]]:
+    """The settings errors that stop the app from starting: ``[(what, problem)]``.
+
+    ``what`` names the entry (``SEMAPHORES['reports']``) or the global setting.
+    Warnings are left out, and so are ids in SILENCED_SYSTEM_CHECKS, as
+    ``manage.py check`` leaves them out.  No Redis is contacted.
+    """
+    silenced = set(getattr(settings, "SILENCED_SYSTEM_CHECKS", ()))
+    _, problems = _validated()
+    errors = []
+    for name, group in problems.items():
+        for problem in group:
+            if problem.warning or problem.id in silenced:
+                continue
+            what = _GLOBAL_SETTINGS.get(problem.id, "SEMAPHORE settings") if name is None else _where(name)
+            errors.append((what, problem))
+    return errors
+
+
 @receiver(setting_changed)
 def _clear_caches(*, setting: str, **kwargs: Any) -> None:
     if setting in DEFAULTS or setting == "CACHES":

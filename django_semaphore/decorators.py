@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
 from . import web
+from .guards import run_to_completion
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -87,7 +88,9 @@ async def _aguarded(
         if inspect.isawaitable(response):
             response = await response
     except BaseException:
-        await guard.arelease()
+        # The view raised, or its task was cancelled (the ASGI client went
+        # away): release now, even if the task is cancelled again meanwhile.
+        await run_to_completion(guard.arelease())
         raise
     if not hasattr(response, "_resource_closers"):  # not an HttpResponse: Django refuses it
         await guard.arelease()

@@ -25,12 +25,13 @@ The running function finds its lease with :func:`current_lease`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import refresh as watchdog
@@ -39,7 +40,7 @@ from .exceptions import SemaphoreBackendError, SemaphoreFull
 if TYPE_CHECKING:
     from .core import Lease, Semaphore
 
-__all__ = ["Guard", "KeyFunction", "current_lease"]
+__all__ = ["Guard", "KeyFunction", "current_lease", "run_to_completion"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,24 @@ KeyFunction = Callable[..., "str | None"]
 _held: contextvars.ContextVar[Mapping[str, Lease] | None] = contextvars.ContextVar(
     "django_semaphore_held", default=None
 )
+
+
+# Strong references to give-backs still running after their caller was cancelled
+# (the event loop keeps only weak references to tasks).
+_finishing: set[asyncio.Future[Any]] = set()
+
+
+async def run_to_completion(coro: Coroutine[Any, Any, Any]) -> None:
+    """Await ``coro`` (a give-back) so that cancelling the caller cannot cut it short.
+
+    The caller is usually being cancelled already (a CancelledError is on its
+    way up); if it is cancelled again while this runs, CancelledError is
+    raised here at once and ``coro`` still runs to its end in its own task.
+    """
+    task = asyncio.ensure_future(coro)
+    _finishing.add(task)
+    task.add_done_callback(_finishing.discard)
+    await asyncio.shield(task)
 
 
 def current_lease(name: str | None = None) -> Lease | None:
@@ -180,12 +199,14 @@ class Guard:
             try:
                 with _in_context(lease):
                     async with self._awatch(lease):
-                        return await func(*args, **kwargs)
-            finally:
-                try:
-                    await lease.arelease()
-                except SemaphoreBackendError as exc:
-                    logger.warning("Could not release %r: %s", lease, exc)
+                        result = await func(*args, **kwargs)
+            except BaseException:
+                # Cancelled (a timeout, a TaskGroup) or failed: release even if
+                # the task is cancelled again while releasing.
+                await run_to_completion(_arelease(lease))
+                raise
+            await _arelease(lease)
+            return result
 
         aguarded.guard = self  # type: ignore[attr-defined]
         return aguarded
@@ -207,3 +228,10 @@ class Guard:
             return
         async with watchdog.awatching(lease):
             yield
+
+
+async def _arelease(lease: Lease) -> None:
+    try:
+        await lease.arelease()
+    except SemaphoreBackendError as exc:
+        logger.warning("Could not release %r: %s", lease, exc)

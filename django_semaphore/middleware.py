@@ -29,6 +29,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.urls import ResolverMatch
 
 from . import conf, web
+from .guards import run_to_completion
 
 
 def matching_needs(request: HttpRequest, resolver_match: ResolverMatch | None) -> list[web.Need]:
@@ -82,7 +83,9 @@ class SemaphoreMiddleware:
         try:
             response = await self.get_response(request)
         except BaseException:
-            await self._arelease(request)
+            # Raised, or cancelled (the ASGI client went away, Django >= 5.0):
+            # release now, even if the task is cancelled again meanwhile.
+            await run_to_completion(self._arelease(request))
             raise
         return self._finish(request, response)
 

@@ -34,12 +34,13 @@ from .scripting import run
 #: How many partitions of one semaphore an overview reads (busiest first).
 MAX_PARTITIONS = 100
 
-_KEY_HASH = re.compile(r"^(_|[0-9a-f]{20})$")
+# fullmatch: "$" would also match before a trailing newline ("_\n").
+_KEY_HASH = re.compile(r"_|[0-9a-f]{20}")
 
 
 def partition_keys(name: str, key_hash: str) -> PartitionKeys:
     """PartitionKeys of semaphore ``name``'s partition ``key_hash``; ValueError if malformed."""
-    if not isinstance(key_hash, str) or not _KEY_HASH.match(key_hash):
+    if not isinstance(key_hash, str) or not _KEY_HASH.fullmatch(key_hash):
         raise ValueError(f"{key_hash!r} is not a partition hash.")
     prefix = conf.setting("SEMAPHORE_KEY_PREFIX")
     return PartitionKeys(f"{prefix}:{slug(name)}:{{{name_hash(name)}.{key_hash}}}:")
@@ -281,7 +282,16 @@ def cleanup(found: Found, dry_run: bool = False) -> int:
     """Purge (or count, with ``dry_run``) the expired entries of ``found``'s partitions.
 
     Live holders are never touched: the purge script removes entries whose
-    expiry (Redis server time) has passed, atomically.
+    expiry has passed, atomically, on the clock that wrote them (the server's
+    for "lua", the client's for the seed variants).  A semaphore no longer in
+    SEMAPHORES (or whose entry is invalid) has no known algorithm: its entries
+    are removed only once they have ended on both clocks.
     """
+    algorithm: str | None = None
+    if found.configured:
+        try:
+            algorithm = conf.get_config(found.name).algorithm
+        except ImproperlyConfigured:
+            pass
     client = connection.get_client()
-    return sum(run(client, purge(keys, dry_run)) for keys in found.partitions)
+    return sum(run(client, purge(keys, dry_run, algorithm)) for keys in found.partitions)

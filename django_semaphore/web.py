@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ from redis.exceptions import RedisError
 from . import conf, refresh
 from .core import Semaphore
 from .exceptions import SemaphoreBackendError, SemaphoreFull
+from .guards import run_to_completion
 
 if TYPE_CHECKING:
     from django.http import HttpRequest, HttpResponseBase
@@ -185,95 +187,192 @@ def reject_view() -> Callable[[HttpRequest, SemaphoreFull], HttpResponseBase]:
     return view
 
 
-def _describe(request: HttpRequest) -> str:
-    return f"{request.method} {request.path[:PATH_META_LENGTH]}"
+def printable(text: object) -> str:
+    """``text`` made safe for one log line: unprintable characters escaped.
 
-
-def refused_response(request: HttpRequest, exc: SemaphoreFull) -> HttpResponseBase:
-    """Log one line and return the SEMAPHORE_REJECT_VIEW response for ``exc`` (SemaphoreFull)."""
-    logger.info(
-        "Refused %s: semaphore %r is full (key %r, retry after %ss).",
-        _describe(request),
-        exc.name,
-        exc.key,
-        exc.retry_after,
+    Control characters (``\\n``, ``\\r``, ``\\x1b``...), Unicode line
+    separators and format characters (bidi overrides) are written as Python
+    escapes, and a backslash is doubled so an escape cannot be forged;
+    printable non-ASCII text stays readable.  A client controls the path and
+    header values: raw, they could start a forged log line or drive a terminal.
+    """
+    text = str(text)
+    if text.isprintable() and "\\" not in text:  # the common case, without a copy
+        return text
+    return "".join(
+        char if char.isprintable() and char != "\\" else char.encode("unicode_escape").decode("ascii")
+        for char in text
     )
-    return reject_view()(request, exc)
 
 
-class _Bursts:
-    """Which Redis servers are failing now, so that a burst of failures logs one warning.
+def _describe(request: HttpRequest) -> str:
+    return f"{printable(request.method)} {printable(request.path[:PATH_META_LENGTH])}"
 
-    The first failure of a burst is logged at WARNING (fail open) or ERROR
-    (fail closed); the next ones, until a request gets through to Redis again,
-    at DEBUG, so a dead Redis under load does not flood the logs.
+
+def _not_for_django_request(response: HttpResponseBase) -> HttpResponseBase:
+    # django.utils.log.log_response (Django 4.2 to 5.2 at least) skips a
+    # response marked as logged: without the mark, django.request would log
+    # every 429 as a WARNING and every 503 as an ERROR -- an e-mail to ADMINS
+    # per request while Redis is down.  This module logs them, once per burst.
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
+
+
+#: Seconds without a refusal of a semaphore that end its burst of refusals.
+REFUSAL_QUIET = 10.0
+#: Seconds after which a burst still going is logged at WARNING again, with a count.
+BURST_REPEAT = 300.0
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+class _Burst:
+    __slots__ = ("last", "warned_at", "since_warning", "total")
+
+    def __init__(self, now: float) -> None:
+        self.last = self.warned_at = now
+        self.since_warning = 0  # events logged at DEBUG since the last WARNING
+        self.total = 1
+
+
+class Bursts:
+    """Bursts of like events (refusals of one semaphore, failures of one Redis server).
+
+    The first event of a burst is logged at WARNING, the next ones at DEBUG,
+    and a burst still going after BURST_REPEAT seconds at WARNING again with
+    how many were logged at DEBUG meanwhile: a dead Redis or an overloaded
+    view under load writes a few lines, not one per request.  A burst ends
+    after ``quiet`` seconds without an event (None: only by :meth:`end`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: float | None) -> None:
+        self.quiet = quiet
         self._lock = threading.Lock()
-        self._failing: set[str | None] = set()
+        self._active: dict[Hashable, _Burst] = {}
 
-    def failed(self, server: str | None) -> bool:
-        """Record a failure; True if it starts a new burst."""
-        with self._lock:
-            if server in self._failing:
-                return False
-            self._failing.add(server)
-            return True
+    def event(self, label: Hashable) -> int | None:
+        """Record one event: None to log it at DEBUG, else log it at WARNING.
 
-    def succeeded(self) -> Iterable[str | None]:
-        """Redis answered: end every burst; the servers that were failing."""
-        if not self._failing:  # the common case, without the lock
-            return ()
+        The number is how many events of the burst were logged at DEBUG since
+        its last warning (0 for the first event of a burst).
+        """
+        now = _now()
         with self._lock:
-            ended, self._failing = self._failing, set()
-        return ended
+            burst = self._active.get(label)
+            if burst is None or (self.quiet is not None and now - burst.last > self.quiet):
+                self._active[label] = _Burst(now)
+                return 0
+            burst.last = now
+            burst.total += 1
+            if now - burst.warned_at >= BURST_REPEAT:
+                skipped, burst.since_warning, burst.warned_at = burst.since_warning, 0, now
+                return skipped
+            burst.since_warning += 1
+            return None
+
+    def end(self) -> list[tuple[Hashable, int]]:
+        """End every burst: ``[(label, events in the burst)]``."""
+        if not self._active:  # the common case, without the lock
+            return []
+        with self._lock:
+            ended, self._active = self._active, {}
+        return [(label, burst.total) for label, burst in ended.items()]
 
     def reset(self) -> None:
         with self._lock:
-            self._failing = set()
+            self._active = {}
 
 
-bursts = _Bursts()
+#: Refusals, per semaphore name; failures, per Redis server (ended when Redis answers).
+refusals = Bursts(quiet=REFUSAL_QUIET)
+bursts = Bursts(quiet=None)
 
 
 @receiver(setting_changed)
 def _reset_bursts(*, setting: str, **kwargs: Any) -> None:
     if setting in ("SEMAPHORE_REDIS", "CACHES"):
         bursts.reset()
+    if setting in ("SEMAPHORES", "SEMAPHORE_KEY_PREFIX", "SEMAPHORE_REDIS", "CACHES"):
+        refusals.reset()
+
+
+def refused_response(request: HttpRequest, exc: SemaphoreFull) -> HttpResponseBase:
+    """Log the refusal (once per burst at WARNING) and return the SEMAPHORE_REJECT_VIEW response.
+
+    The response is marked as logged, so ``django.request`` does not log it again.
+    """
+    skipped = refusals.event(exc.name)
+    if skipped is None:
+        level, note = logging.DEBUG, ""
+    elif skipped == 0:
+        level = logging.WARNING
+        note = f"; further refusals of {exc.name!r} are logged at DEBUG until none for {REFUSAL_QUIET:g}s"
+    else:
+        level = logging.WARNING
+        note = (
+            f"; {skipped} more refusal{'s' if skipped != 1 else ''} of {exc.name!r} "
+            f"in the last {BURST_REPEAT:g}s were logged at DEBUG"
+        )
+    logger.log(
+        level,
+        "Refused %s: semaphore %r is full (key %r, retry after %ss)%s.",
+        _describe(request),
+        exc.name,
+        exc.key,
+        exc.retry_after,
+        note,
+    )
+    return _not_for_django_request(reject_view()(request, exc))
 
 
 def backend_recovered() -> None:
     """Log that Redis answers again, once per burst of failures."""
-    for server in bursts.succeeded():
-        logger.info("Redis at %s answers again; semaphores guard requests again.", server or "?")
+    for server, failures in bursts.end():
+        logger.info(
+            "Redis at %s answers again after %d failed request%s; semaphores guard requests again.",
+            printable(server or "?"),
+            failures,
+            "s" if failures != 1 else "",
+        )
 
 
 def backend_failure(request: HttpRequest, names: list[str], exc: BaseException) -> HttpResponseBase | None:
     """Log the failure; return the 503 response when failing closed, None under SEMAPHORE_FAIL_OPEN.
 
-    One line per failure: WARNING / ERROR for the first of a burst, DEBUG for
-    the next ones until Redis answers again.
+    One line per failure: WARNING for the first of a burst (and again every
+    BURST_REPEAT seconds while it lasts), DEBUG for the others, until Redis
+    answers again.  The 503 is marked as logged, so ``django.request`` does not
+    log it as an error (nor mail ADMINS) per request.
     """
     if not isinstance(exc, SemaphoreBackendError):
         exc = SemaphoreBackendError(f"Redis failed: {type(exc).__name__}: {exc}")
-    first = bursts.failed(exc.server)
+    skipped = bursts.event(exc.server)
     fail_open = conf.setting("SEMAPHORE_FAIL_OPEN")
-    level = (logging.WARNING if fail_open else logging.ERROR) if first else logging.DEBUG
+    if skipped is None:
+        level, note = logging.DEBUG, ""
+    elif skipped == 0:
+        level, note = logging.WARNING, " (further failures are logged at DEBUG until Redis answers again)"
+    else:
+        level = logging.WARNING
+        note = (
+            f" (Redis still unreachable: {skipped} more failure{'s' if skipped != 1 else ''} logged at DEBUG)"
+        )
     logger.log(
         level,
         "Redis unreachable for semaphore(s) %s; %s %s: %s%s",
         ", ".join(map(repr, names)),
         _describe(request),
         "runs UNGUARDED (SEMAPHORE_FAIL_OPEN)" if fail_open else "answered 503",
-        exc,
-        " (further failures are logged at DEBUG until Redis answers again)" if first else "",
+        printable(exc),
+        note,
     )
     if fail_open:
         return None
     from .views import unavailable
 
-    return unavailable(request, exc)
+    return _not_for_django_request(unavailable(request, exc))
 
 
 class Guard:
@@ -326,17 +425,23 @@ class Guard:
         except BACKEND_ERRORS as exc:
             self._give_back()
             return self._failed(exc)
+        except BaseException:
+            # Interrupted while taking the next one (KeyboardInterrupt, a signal
+            # handler's exception, a bug): what this request already holds must
+            # not stay taken until TIMEOUT.
+            self._give_back()
+            raise
         backend_recovered()
         self.watches = [refresh.watch(lease) for lease in self._granted(items)]
         return None
 
     def _give_back(self) -> None:
-        for lease in reversed(self.leases):
+        leases, self.leases = self.leases, []
+        for lease in reversed(leases):
             try:
                 lease.release()
-            except BACKEND_ERRORS as exc:
-                logger.warning("Could not release semaphore %r: %s", lease.name, exc)
-        self.leases = []
+            except Exception as exc:  # every lease gets its try; a failure expires after TIMEOUT
+                logger.warning("Could not release semaphore %r: %s", lease.name, printable(exc))
 
     def release(self) -> None:
         """Stop renewing and release every lease (sync; idempotent)."""
@@ -371,6 +476,13 @@ class Guard:
         except BACKEND_ERRORS as exc:
             await self._agive_back()
             return self._failed(exc)
+        except BaseException:
+            # Cancelled while waiting for the next one (the ASGI client went
+            # away: Django >= 5.0 cancels the view's task), or any other error:
+            # give back what this request holds now, not after TIMEOUT, even if
+            # the task is cancelled again meanwhile.
+            await run_to_completion(self._agive_back())
+            raise
         backend_recovered()
         leases = self._granted(items)
         if leases:
@@ -378,12 +490,12 @@ class Guard:
         return None
 
     async def _agive_back(self) -> None:
-        for lease in reversed(self.leases):
+        leases, self.leases = self.leases, []
+        for lease in reversed(leases):
             try:
                 await lease.arelease()
-            except BACKEND_ERRORS as exc:
-                logger.warning("Could not release semaphore %r: %s", lease.name, exc)
-        self.leases = []
+            except Exception as exc:  # every lease gets its try; a failure expires after TIMEOUT
+                logger.warning("Could not release semaphore %r: %s", lease.name, printable(exc))
 
     async def arelease(self) -> None:
         """The asyncio twin of :meth:`release`."""

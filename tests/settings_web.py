@@ -29,6 +29,8 @@ WEB_SEMAPHORES = {
     "pair-y": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "WAIT": 20},
     "mw-a": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "PATHS": [r"^/web/mw/pair/"]},
     "mw-b": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "PATHS": [r"^/web/mw/pair/", r"^/web/mw/b-only/"]},
+    "mw-wait-a": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "WAIT": 20, "PATHS": [r"^/web/mw/await/"]},
+    "mw-wait-b": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "WAIT": 20, "PATHS": [r"^/web/mw/await/"]},
 }
 SEMAPHORES = WEB_SEMAPHORES
 

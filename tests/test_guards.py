@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.template import Context, Template
 
-from django_semaphore import Semaphore, SemaphoreFull, semaphores
+from django_semaphore import Semaphore, SemaphoreFull, guards, semaphores
 from django_semaphore.guards import Guard, current_lease
 
 
@@ -308,6 +308,81 @@ async def test_watchdog_keeps_the_slot_of_an_async_function():
     lease, first_expiry = await slow()
     assert not lease.lost and lease.released
     assert lease.expires_ms > first_expiry
+
+
+# -- cancellation ------------------------------------------------------------------
+
+
+async def _poll(predicate, timeout=10.0, message="condition"):
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} not reached within {timeout}s")
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.asyncio
+async def test_run_to_completion_finishes_even_if_the_caller_is_cancelled_again():
+    started, proceed, finished = asyncio.Event(), asyncio.Event(), []
+
+    async def give_back():
+        started.set()
+        await proceed.wait()
+        finished.append(True)
+
+    async def caller():
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            await guards.run_to_completion(give_back())
+            raise
+
+    task = asyncio.create_task(caller())
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.wait_for(started.wait(), 10)
+    task.cancel()  # again, while it gives back
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert finished == []
+    proceed.set()
+
+    async def done():
+        return finished == [True]
+
+    await _poll(done, message="the give-back finished")
+    assert not guards._finishing  # and nothing is kept once done
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_async_function_releases_its_slot_even_if_cancelled_again():
+    sem = Semaphore("cancel-twice", limit=1, timeout=30)
+    entered = asyncio.Event()
+
+    @sem
+    async def work():
+        entered.set()
+        await asyncio.sleep(60)
+
+    task = asyncio.create_task(work())
+    await asyncio.wait_for(entered.wait(), 10)
+    assert await sem.aavailable() == 0
+    task.cancel()
+    for _ in range(10_000):  # until the release is under way (a few loop turns)
+        if guards._finishing:
+            break
+        await asyncio.sleep(0)
+    assert guards._finishing
+    task.cancel()  # cancelled again while releasing
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    async def free():
+        return await sem.aavailable() == 1
+
+    started = time.monotonic()
+    await _poll(free, message="the slot given back")
+    print(f"slot back {time.monotonic() - started:.3f}s after the second cancel (TIMEOUT 30 s)")
 
 
 # -- a Celery-style task, run by a plain worker loop ------------------------------

@@ -3,6 +3,7 @@
 import gc
 import json
 import logging
+import signal
 import threading
 
 import pytest
@@ -257,16 +258,16 @@ def test_ip_partition_ignores_x_forwarded_for(client):
 def test_user_partition(client):
     alice = User.objects.create_user("alice")
     bob = User.objects.create_user("bob")
-    held = semaphores["web-user"].acquire(key=f"user:{alice.pk}")
+    held = semaphores["web-user"].acquire(key=str(alice.pk))
     client.force_login(alice)
     assert client.get("/web/user/").status_code == 429
     client.force_login(bob)
     response = client.get("/web/user/")
     assert response.status_code == 200
-    assert body(response)["leases"]["web-user"]["key"] == f"user:{bob.pk}"
+    assert body(response)["leases"]["web-user"]["key"] == str(bob.pk)
     client.logout()
     anonymous = client.get("/web/user/", REMOTE_ADDR="7.7.7.7")
-    assert body(anonymous)["leases"]["web-user"]["key"] == "ip:7.7.7.7"
+    assert body(anonymous)["leases"]["web-user"]["key"] == "7.7.7.7"
     held.release()
 
 
@@ -282,21 +283,22 @@ async def test_user_partition_in_an_async_view(async_client):
         await sync_to_async(async_client.force_login)(alice)
     response = await async_client.get("/web/auser/")
     assert response.status_code == 200
-    assert body(response)["leases"]["web-user"]["key"] == f"user:{alice.pk}"
-    held = await semaphores["web-user"].aacquire(key=f"user:{alice.pk}")
+    assert body(response)["leases"]["web-user"]["key"] == str(alice.pk)
+    held = await semaphores["web-user"].aacquire(key=str(alice.pk))
     assert (await async_client.get("/web/auser/")).status_code == 429
     await held.arelease()
 
 
 def test_header_partition_and_missing_header(client):
     acme = client.get("/web/header/", HTTP_X_TENANT="acme")
-    assert body(acme)["leases"]["web-header"]["key"] == "value:acme"
+    assert body(acme)["leases"]["web-header"]["key"] == "acme"  # the raw header value
     missing = client.get("/web/header/")
     assert missing.status_code == 200
-    assert body(missing)["leases"]["web-header"]["key"] == "missing:"
-    held = semaphores["web-header"].acquire(key="missing:")
+    assert body(missing)["leases"]["web-header"]["key"] == ""
+    held = semaphores["web-header"].acquire(key="")
     assert client.get("/web/header/").status_code == 429
-    assert client.get("/web/header/", HTTP_X_TENANT="").status_code == 200  # empty is not missing
+    assert client.get("/web/header/", HTTP_X_TENANT="").status_code == 429  # empty is missing
+    assert client.get("/web/header/", HTTP_X_TENANT="acme").status_code == 200
     held.release()
 
 
@@ -352,6 +354,36 @@ def test_stacked_decorators_refused_leave_nothing_held(client, settings):
     response = client.get("/web/pair/yx/?sleep=0")
     assert response.status_code == 200
     assert sorted(body(response)["leases"]) == ["pair-x", "pair-y"]
+
+
+def test_interrupted_while_waiting_gives_back_what_it_holds(client, raw_redis):
+    """Ctrl-C (KeyboardInterrupt) while the request holds pair-x and waits for pair-y:
+    pair-x is released on the way out, not left to expire after TIMEOUT."""
+    x, y = semaphores["pair-x"], semaphores["pair-y"]  # both LIMIT 1, WAIT 20
+    blocker = y.acquire()
+    queue = y.partition().queue
+    interrupted = []
+
+    def interrupt(signum, frame):
+        # Only once the request waits in pair-y's queue (so it holds pair-x).
+        if not interrupted and raw_redis.zcard(queue):
+            interrupted.append(x.available())
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.05, 0.05)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            client.get("/web/pair/xy/?sleep=0")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert interrupted == [0]  # pair-x was held when the interrupt came
+    assert x.available() == 1  # before: 0, until its TIMEOUT
+    assert y.status().waiting == 0
+    assert [h.identifier for h in y.holders()] == [blocker.identifier]
+    blocker.release()
 
 
 def test_probe_keys_are_under_the_prefix(key_prefix):

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+import django
 import httpx
 import pytest
 
@@ -391,6 +392,80 @@ def test_long_view_keeps_its_slot_on_live_server(live_server, http, raw_redis):
 def test_long_async_view_keeps_its_slot_on_uvicorn(uvicorn, http, raw_redis):
     server = uvicorn()
     long_view_keeps_slot(http, raw_redis, server.url, "/web/along/")
+
+
+# -- a client that goes away while its request waits -----------------------------------------------------
+
+LEAK_TIMEOUT = 30  # the semaphores' TIMEOUT here: a leaked slot would come back only after this long
+VIEW_SECONDS = 20  # the running view's length, and the queued request's WAIT
+# Django >= 5.0 cancels the view's task when the ASGI client disconnects; 4.2 lets
+# the request run on, so its slots come back when it ends (WAIT or the view's length).
+GIVEN_BACK_WITHIN = 1.5 if django.VERSION >= (5, 0) else VIEW_SECONDS + 10
+
+
+@pytest.mark.parametrize(
+    ("path", "first", "second"),
+    [
+        ("/web/pair/axy/", "pair-x", "pair-y"),  # stacked @semaphore on an async view
+        ("/web/mw/await/", "mw-wait-a", "mw-wait-b"),  # the middleware's PATHS
+    ],
+)
+def test_disconnect_while_waiting_gives_back_at_once_on_uvicorn(
+    uvicorn, settings, path, first, second, capsys
+):
+    """The request holds ``first`` and waits for ``second``; its client disconnects.
+
+    Django (>= 5.0) cancels the view's task; everything the request holds must
+    be released then, not left to expire after TIMEOUT.
+    """
+    settings.SEMAPHORES = {
+        **WEB_SEMAPHORES,
+        first: {**WEB_SEMAPHORES[first], "TIMEOUT": LEAK_TIMEOUT},
+        second: {**WEB_SEMAPHORES[second], "TIMEOUT": LEAK_TIMEOUT},
+    }
+    server = uvicorn(WEB_TIMEOUT=str(LEAK_TIMEOUT))
+    a, b = semaphores[first], semaphores[second]
+    blocker = b.acquire()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        wait_until(
+            lambda: a.available() == 0 and b.status().waiting == 1,
+            timeout=30,
+            message=f"the request holding {first} and waiting for {second}",
+        )
+    finally:
+        sock.close()
+    closed = time.monotonic()
+    wait_until(lambda: a.available() == 1, timeout=LEAK_TIMEOUT + 10, interval=0.01, message=f"{first} back")
+    freed = time.monotonic() - closed
+    with capsys.disabled():
+        print(f"\ndisconnect while waiting ({path}): {first} given back {freed:.2f}s after the client left")
+    assert freed < GIVEN_BACK_WITHIN  # before the fix (decorator): about TIMEOUT (30 s)
+    wait_until(lambda: b.status().waiting == 0, timeout=10, message="the waiter's ticket dropped")
+    assert b.holders()[0].identifier == blocker.identifier and len(b.holders()) == 1
+    blocker.release()
+
+
+def test_disconnect_while_the_view_runs_gives_back_at_once_on_uvicorn(uvicorn, settings, capsys):
+    settings.SEMAPHORES = {
+        **WEB_SEMAPHORES,
+        "web-slow": {**WEB_SEMAPHORES["web-slow"], "TIMEOUT": LEAK_TIMEOUT},
+    }
+    server = uvicorn(WEB_TIMEOUT=str(LEAK_TIMEOUT))
+    sem = semaphores["web-slow"]  # LIMIT 2
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        sock.sendall(f"GET /web/aslow/?sleep={VIEW_SECONDS} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        wait_until(lambda: sem.available() == 1, timeout=30, message="the view running")
+    finally:
+        sock.close()
+    closed = time.monotonic()
+    wait_until(lambda: sem.available() == 2, timeout=LEAK_TIMEOUT + 10, interval=0.01, message="slot back")
+    freed = time.monotonic() - closed
+    with capsys.disabled():
+        print(f"\ndisconnect while the view runs: slot given back {freed:.2f}s after the client left")
+    assert freed < GIVEN_BACK_WITHIN
 
 
 # -- partitions over real sockets ---------------------------------------------------------------------

@@ -234,6 +234,13 @@ def pair_yx(request):
     return _probe_sync(request, "pair")
 
 
+@semaphore("pair-x")
+@semaphore("pair-y")
+async def apair_xy(request):
+    """Async, two semaphores with WAIT: holds pair-x while it waits for pair-y."""
+    return leases_json(request)
+
+
 async def aprobe_plain(request):
     """Undecorated async view with a probe: guarded only by the middleware rules."""
     return await _probe_async(request, "mw-async")

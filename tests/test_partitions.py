@@ -1,0 +1,177 @@
+"""KEY functions: the partition value of a request is the raw value that
+``sem.acquire(key=...)`` takes, so code outside a view shares a request's
+partition (API.md: for KEY "user", ``str(user.pk)``; for "ip", the address;
+for "header:<Name>", the header's value).
+
+Each test fills a partition from one side (a request, or ``acquire``) and is
+refused from the other, on the test's own real Redis.
+"""
+
+import json
+
+import pytest
+from django.contrib.auth.models import AnonymousUser, User
+from django.core.signals import request_finished
+from django.db import close_old_connections
+from django.http import HttpResponse
+from django.test import RequestFactory
+
+from django_semaphore import monitor, semaphore, semaphores
+from django_semaphore.keys import key_hash
+from django_semaphore.partitions import ByHeader, by_ip, by_user
+from tests.settings_web import WEB_SEMAPHORES
+
+
+@pytest.fixture(autouse=True)
+def web_semaphores(settings):
+    settings.SEMAPHORES = WEB_SEMAPHORES
+
+
+def body(response):
+    return json.loads(response.content)
+
+
+def close(response):
+    """Close like a server would, without request_finished touching the test database."""
+    request_finished.disconnect(close_old_connections)
+    try:
+        response.close()
+    finally:
+        request_finished.connect(close_old_connections)
+
+
+@semaphore("web-user")
+def user_view(request):
+    return HttpResponse("ok")
+
+
+# -- KEY "user" ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_acquire_with_the_users_pk_fills_that_users_requests(client):
+    alice = User.objects.create_user("alice")
+    bob = User.objects.create_user("bob")
+    sem = semaphores["web-user"]  # LIMIT 1, KEY "user"
+    held = sem.acquire(key=str(alice.pk))
+    assert held is not None
+    client.force_login(alice)
+    refused = client.get("/web/user/", HTTP_ACCEPT="application/json")
+    assert refused.status_code == 429  # before: 200 (alice's requests used "user:<pk>")
+    client.force_login(bob)
+    response = client.get("/web/user/")
+    assert response.status_code == 200
+    assert body(response)["leases"]["web-user"]["key"] == str(bob.pk)
+    held.release()
+    client.force_login(alice)
+    response = client.get("/web/user/")
+    assert response.status_code == 200
+    assert body(response)["leases"]["web-user"]["key"] == str(alice.pk)
+
+
+@pytest.mark.django_db
+def test_a_users_request_fills_acquire_with_the_users_pk():
+    alice = User.objects.create_user("alice")
+    sem = semaphores["web-user"]
+    request = RequestFactory().get("/")
+    request.user = alice
+    response = user_view(request)  # holds alice's slot until the response is closed
+    assert response.status_code == 200
+    try:
+        assert sem.acquire(key=str(alice.pk)) is None
+        assert [h.meta["key"] for h in sem.holders(key=str(alice.pk))] == [str(alice.pk)]
+    finally:
+        close(response)
+    lease = sem.acquire(key=str(alice.pk))
+    assert lease is not None
+    lease.release()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_async_requests_share_the_users_partition(async_client):
+    from asgiref.sync import sync_to_async
+
+    alice = await sync_to_async(User.objects.create_user)("alice")
+    if hasattr(async_client, "aforce_login"):
+        await async_client.aforce_login(alice)
+    else:  # Django < 5.0
+        await sync_to_async(async_client.force_login)(alice)
+    held = await semaphores["web-user"].aacquire(key=str(alice.pk))
+    assert (await async_client.get("/web/auser/")).status_code == 429
+    await held.arelease()
+    response = await async_client.get("/web/auser/")
+    assert body(response)["leases"]["web-user"]["key"] == str(alice.pk)
+
+
+def test_anonymous_requests_are_keyed_by_their_address(client):
+    held = semaphores["web-user"].acquire(key="7.7.7.7")
+    assert client.get("/web/user/", REMOTE_ADDR="7.7.7.7").status_code == 429
+    other = client.get("/web/user/", REMOTE_ADDR="8.8.8.8")
+    assert body(other)["leases"]["web-user"]["key"] == "8.8.8.8"
+    held.release()
+
+
+def test_key_functions_return_the_raw_value():
+    factory = RequestFactory()
+    request = factory.get("/", REMOTE_ADDR="10.0.0.9", HTTP_X_TENANT="acme")
+    request.user = AnonymousUser()
+    assert by_user(request) == "10.0.0.9"
+    assert by_ip(request) == "10.0.0.9"
+    assert ByHeader("X-Tenant")(request) == "acme"
+    assert ByHeader("X-Missing")(request) == ""
+
+
+# -- KEY "header:<Name>" -------------------------------------------------------------------------
+
+
+def test_header_partition_is_the_header_value(client):
+    acme = client.get("/web/header/", HTTP_X_TENANT="acme")
+    assert body(acme)["leases"]["web-header"]["key"] == "acme"
+    held = semaphores["web-header"].acquire(key="acme")
+    assert client.get("/web/header/", HTTP_X_TENANT="acme").status_code == 429
+    assert client.get("/web/header/", HTTP_X_TENANT="other").status_code == 200
+    held.release()
+
+
+def test_missing_and_empty_header_share_the_empty_partition(client):
+    missing = client.get("/web/header/")
+    assert body(missing)["leases"]["web-header"]["key"] == ""
+    held = semaphores["web-header"].acquire(key="")
+    assert client.get("/web/header/").status_code == 429
+    assert client.get("/web/header/", HTTP_X_TENANT="").status_code == 429
+    assert client.get("/web/header/", HTTP_X_TENANT="acme").status_code == 200
+    held.release()
+    # "" is a partition of its own, not the unpartitioned semaphore (key=None)
+    assert key_hash("") != key_hash(None)
+
+
+# -- partition hashes from outside (the admin's force-release form) -----------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "_\n",
+        "_x",
+        "",
+        "g" * 20,
+        "A" * 20,
+        "0" * 20 + "\n",
+        "0" * 19,
+        "0" * 21,
+        "\n" + "0" * 20,
+        "_ ",
+        None,
+        5,
+    ],
+)
+def test_partition_hash_must_match_in_full(value):
+    with pytest.raises(ValueError, match="is not a partition hash"):
+        monitor.partition_keys("web-user", value)  # before: "_\n" and "0"*20 + "\n" were accepted
+
+
+@pytest.mark.parametrize("value", ["_", key_hash("alice"), key_hash("")])
+def test_partition_hashes_of_real_partitions_are_accepted(value):
+    keys = monitor.partition_keys("web-user", value)
+    assert keys.partition_hash.endswith("." + value)
