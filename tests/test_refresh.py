@@ -6,6 +6,7 @@ import logging
 import os
 import threading
 import time
+import tracemalloc
 
 import pytest
 
@@ -148,3 +149,30 @@ def test_fork_child_never_touches_the_parents_leases():
         time.sleep(1.6)  # the parent still renews its lease
         assert [h.identifier for h in sem.holders()] == [lease.identifier]
     assert lease.release() is True
+
+
+def test_stopped_watches_do_not_pile_up_behind_a_long_lease():
+    """Issue 11 item 10: short watches stopped while a long lease is watched.
+
+    The long lease (TIMEOUT 3 s, renewed every second) stays at the head of
+    the watchdog's schedule; each short watch (TIMEOUT 60 s) would come due
+    only after 20 s, so a stopped one used to stay in the heap until then.
+    """
+    long_lease = Semaphore("wd-long", limit=1, timeout=3).acquire()
+    short_lease = Semaphore("wd-short", limit=1, timeout=60).acquire()
+    dog = refresh.watchdog()
+    with refresh.watching(long_lease):
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for _ in range(20_000):
+                refresh.watch(short_lease).stop()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        scheduled = dog.scheduled()
+        print(f"WATCHDOG after 20,000 short watches: heap {scheduled} entries, memory {grown / 1e6:+.2f} MB")
+        assert scheduled <= 100  # the long lease, and at most a few stopped entries between rebuilds
+        assert grown < 1_000_000
+        assert dog.count() == 1
+    assert long_lease.release() is True and short_lease.release() is True
