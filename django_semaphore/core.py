@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import datetime
 import json
@@ -18,11 +17,9 @@ if TYPE_CHECKING:
     from .conf import SemaphoreConfig
     from .guards import Guard
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 from redis.exceptions import RedisError
 
-from . import conf, connection, signals, waiting
+from . import conf, connection, recovery, signals, waiting
 from .algorithms import ALGORITHMS, Basic, Granted, Lua, Outcome, purge, status
 from .algorithms import holders as holders_op
 from .exceptions import SemaphoreBackendError, SemaphoreFull
@@ -39,7 +36,7 @@ def _new_identifier() -> str:
 
 
 def _to_datetime(ms: float) -> datetime.datetime:
-    return datetime.datetime.fromtimestamp(ms / 1000.0, tz=datetime.timezone.utc)
+    return datetime.datetime.fromtimestamp(ms / 1000.0, tz=datetime.UTC)
 
 
 _process: tuple[int | None, str | None, str] = (
@@ -97,6 +94,7 @@ class Lease:
         "_config",
         "_done",
         "_lost",
+        "_retrying",
         "_pid",
         "__weakref__",
     )
@@ -122,6 +120,7 @@ class Lease:
         self._config = config
         self._done = False
         self._lost = False
+        self._retrying = False  # a release went unanswered: recovery retries it
         self._pid = os.getpid()
 
     def __repr__(self) -> str:
@@ -167,13 +166,37 @@ class Lease:
             signals.lease_lost.send(sender=Semaphore, semaphore=self.semaphore, lease=self)
 
     def _after_release(self, held: bool) -> bool:
-        already = self._done
-        self._done = True
-        if not held and not already:
-            self._mark_lost()
+        """Settle the release with Redis's answer ``held``; one ``released`` signal.
+
+        Also called from the recovery thread, for a release that went
+        unanswered (:meth:`_hand_over_release`): the first answer, the
+        thread's or the caller's own retry, settles it.  After an unanswered
+        attempt, "not held" is ambiguous (that attempt may have run after all,
+        or the slot expired during the outage): it is not reported as lost.
+        """
+        with _settling:
+            already = self._done and not self._retrying
+            retried = self._retrying
+            self._done, self._retrying = True, False
         if not already:
+            if not held and not retried:
+                self._mark_lost()
             signals.released.send(sender=Semaphore, semaphore=self.semaphore, lease=self, held=held)
         return held
+
+    def _hand_over_release(self) -> None:
+        """The release failed or was interrupted: the recovery thread sends it
+        again until Redis answers (or the slot has expired)."""
+        with _settling:
+            if self._done and not self._retrying:
+                return  # settled meanwhile: an earlier attempt's retry got through
+            self._done = self._retrying = True
+        recovery.remember_release(self._config, self._keys, self.identifier, self._after_release)
+
+    def _caller_release(self, held: bool) -> bool:
+        if self._retrying:  # the caller's own retry got through: none in the background
+            recovery.drop_release(self.identifier)
+        return self._after_release(held)
 
     def refresh(self) -> bool:
         """Extend the lease by TIMEOUT. False if the slot was already lost.
@@ -193,18 +216,34 @@ class Lease:
         return self._after_refresh(await arun(connection.get_async_client(), op))
 
     def release(self) -> bool:
-        """Give the slot back. True if it was still held, False if it had been lost."""
-        if self._done or self._pid != os.getpid():
+        """Give the slot back. True if it was still held, False if it had been lost.
+
+        If Redis fails, :class:`~django_semaphore.SemaphoreBackendError` is
+        raised and the release is sent again in the background until Redis
+        answers (:mod:`~django_semaphore.recovery`); calling release() again
+        retries it at once (False once it has gone through).
+        """
+        if self._pid != os.getpid() or (self._done and not self._retrying):
             return False
-        op = self._algorithm().release(self._keys, self._config.limit, self.identifier)
-        return self._after_release(run(connection.get_client(), op))
+        op = _release_op(self)
+        try:
+            held = run(connection.get_client(), op)
+        except BaseException:  # Redis failed, or interrupted: the release may not have run
+            self._hand_over_release()
+            raise
+        return self._caller_release(held)
 
     async def arelease(self) -> bool:
         """The asyncio twin of :meth:`release`."""
-        if self._done or self._pid != os.getpid():
+        if self._pid != os.getpid() or (self._done and not self._retrying):
             return False
-        op = self._algorithm().release(self._keys, self._config.limit, self.identifier)
-        return self._after_release(await arun(connection.get_async_client(), op))
+        op = _release_op(self)
+        try:
+            held = await arun(connection.get_async_client(), op)
+        except BaseException:  # Redis failed, or cancelled: the release may not have run
+            self._hand_over_release()
+            raise
+        return self._caller_release(held)
 
 
 class PartitionStatus(NamedTuple):
@@ -222,7 +261,18 @@ class PartitionStatus(NamedTuple):
 
 
 def _retry_after_seconds(retry_ms: float, timeout: float) -> int:
+    """Retry-After in whole seconds >= 1 from a refusal's ``retry_after_ms``
+    (for "lua" already an estimate from recent hold times and the queue ahead,
+    capped by the earliest expiry), and at most the caller's own TIMEOUT."""
     return max(1, min(math.ceil(retry_ms / 1000.0), math.ceil(timeout)))
+
+
+def _release_op(lease: Lease) -> Operation[bool]:
+    """The release of ``lease``; "lua" also records the hold time (for Retry-After)."""
+    algorithm = lease._algorithm()
+    if algorithm is Lua:
+        return Lua.release(lease._keys, lease._config.limit, lease.identifier, lease.acquired_ms)
+    return algorithm.release(lease._keys, lease._config.limit, lease.identifier)
 
 
 class Semaphore:
@@ -339,19 +389,26 @@ class Semaphore:
         started = time.monotonic()
         config, wait, keys, identifier, meta_json = self._prepare(key, wait, meta)
         client = connection.get_client()
+        mark = recovery.freed_mark()
         try:
             outcome = run(client, self._operation(config, wait, keys, identifier, meta_json, client))
-            if _unanswered and _forget_unanswered(client, keys) and not isinstance(outcome, Granted):
-                outcome = run(client, self._operation(config, 0, keys, identifier, meta_json, client))
+            if recovery.pending() or recovery.freed_mark() != mark:
+                # Redis answers again after failing this process: its unanswered
+                # acquires and releases may hold slots.  Inline, only a little of
+                # this partition's, and only to turn a refusal into a grant; the
+                # recovery thread does the rest.
+                if not isinstance(outcome, Granted) and recovery.give_back_partition(client, keys, mark):
+                    outcome = run(client, self._operation(config, 0, keys, identifier, meta_json, client))
+                recovery.kick()
         except SemaphoreBackendError:
-            _unanswered.add(config, keys, identifier)
+            recovery.remember_acquire(config, keys, identifier)
             raise
         except BaseException:
             # Interrupted (KeyboardInterrupt, a timeout from outside): the slot
             # may have been granted with the reply unread, and a waiter's ticket
-            # would hold up the queue until it expires. Give both back now.
-            with contextlib.suppress(Exception):
-                run(client, _forget(config, keys, identifier))
+            # would hold up the queue until it expires. Give both back now (if
+            # Redis fails, the recovery thread does).
+            recovery.forget_now(client, config, keys, identifier)
             raise
         return self._outcome(outcome, config, key, keys, identifier, started)
 
@@ -362,16 +419,20 @@ class Semaphore:
         started = time.monotonic()
         config, wait, keys, identifier, meta_json = self._prepare(key, wait, meta)
         client = connection.get_async_client()
+        mark = recovery.freed_mark()
         try:
             outcome = await arun(client, self._operation(config, wait, keys, identifier, meta_json, client))
-            if _unanswered and await _aforget_unanswered(client, keys) and not isinstance(outcome, Granted):
-                outcome = await arun(client, self._operation(config, 0, keys, identifier, meta_json, client))
+            if recovery.pending() or recovery.freed_mark() != mark:  # see try_acquire
+                refused = not isinstance(outcome, Granted)
+                if refused and await recovery.agive_back_partition(client, keys, mark):
+                    again = self._operation(config, 0, keys, identifier, meta_json, client)
+                    outcome = await arun(client, again)
+                recovery.kick()
         except SemaphoreBackendError:
-            _unanswered.add(config, keys, identifier)
+            recovery.remember_acquire(config, keys, identifier)
             raise
         except BaseException:  # cancelled: see try_acquire
-            with contextlib.suppress(Exception):
-                await arun(client, _forget(config, keys, identifier))
+            await recovery.aforget_now(client, config, keys, identifier)
             raise
         return self._outcome(outcome, config, key, keys, identifier, started)
 
@@ -453,11 +514,13 @@ class Semaphore:
 
         ``keys`` (a PartitionKeys from :meth:`partitions`) may stand for ``key``.
         """
-        return self._holders(run(connection.get_client(), holders_op(keys or self.partition(key))))
+        op = holders_op(keys or self.partition(key), self.config.algorithm)
+        return self._holders(run(connection.get_client(), op))
 
     async def aholders(self, key: str | None = None) -> list[Holder]:
         """The asyncio twin of :meth:`holders`."""
-        return self._holders(await arun(connection.get_async_client(), holders_op(self.partition(key))))
+        op = holders_op(self.partition(key), self.config.algorithm)
+        return self._holders(await arun(connection.get_async_client(), op))
 
     def _status(self, keys: PartitionKeys, raw: tuple[int, ...]) -> PartitionStatus:
         now_ms, live, waiters, earliest = raw
@@ -467,7 +530,7 @@ class Semaphore:
     def status(self, key: str | None = None, *, keys: PartitionKeys | None = None) -> PartitionStatus:
         """A :class:`PartitionStatus` (limit, in use, free, waiting) of partition ``key``."""
         keys = keys or self.partition(key)
-        return self._status(keys, run(connection.get_client(), status(keys)))
+        return self._status(keys, run(connection.get_client(), status(keys, self.config.algorithm)))
 
     def available(self, key: str | None = None) -> int:
         """How many slots of partition ``key`` are free now."""
@@ -476,7 +539,8 @@ class Semaphore:
     async def aavailable(self, key: str | None = None) -> int:
         """The asyncio twin of :meth:`available`."""
         keys = self.partition(key)
-        return self._status(keys, await arun(connection.get_async_client(), status(keys))).free
+        op = status(keys, self.config.algorithm)
+        return self._status(keys, await arun(connection.get_async_client(), op)).free
 
     def partitions(self) -> list[PartitionKeys]:
         """PartitionKeys of every partition with keys in Redis (SCAN, never KEYS)."""
@@ -491,7 +555,8 @@ class Semaphore:
     def purge_expired(self, dry_run: bool = False) -> int:
         """Remove expired entries from every partition; return how many were removed."""
         client = connection.get_client()
-        return sum(run(client, purge(keys, dry_run)) for keys in self.partitions())
+        algorithm = self.config.algorithm
+        return sum(run(client, purge(keys, dry_run, algorithm)) for keys in self.partitions())
 
     async def apurge_expired(self, dry_run: bool = False) -> int:
         """The asyncio twin of :meth:`purge_expired`."""
@@ -503,7 +568,7 @@ class Semaphore:
                 keys = partition_keys_from_timeouts(key)
                 if keys.base not in seen:
                     seen.add(keys.base)
-                    total += await arun(client, purge(keys, dry_run))
+                    total += await arun(client, purge(keys, dry_run, self.config.algorithm))
         except (RedisError, OSError) as exc:
             raise _backend_error(client, exc) from exc
         return total
@@ -541,97 +606,17 @@ class Semaphore:
         return self.guard()(func)
 
 
-class _Unanswered:
-    """Acquires that failed on a backend error, whose script may still run.
-
-    A hung Redis (paused, or behind a stalled network) executes the commands it
-    had buffered once it resumes: an acquire the client gave up on can then
-    grant a slot that nobody will release before TIMEOUT.  The next acquire
-    that reaches Redis in this process gives those slots (and tickets) back,
-    and if it was refused while one of them held a slot of its own partition,
-    tries once more.  Best effort: a buffered acquire that Redis runs after
-    that is not seen.  Entries are kept until a call reaches Redis (at most
-    MAX), however old: a buffered acquire runs when Redis resumes, however
-    late, and the lease it grants lasts TIMEOUT from then.
-    """
-
-    MAX = 1000
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._items: collections.deque[tuple[float, SemaphoreConfig, PartitionKeys, str]] = collections.deque(
-            maxlen=self.MAX
-        )
-
-    def __bool__(self) -> bool:
-        return bool(self._items)
-
-    def add(self, config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> None:
-        with self._lock:
-            self._items.append((time.monotonic() + config.timeout + 1, config, keys, identifier))
-
-    def take(self) -> list[tuple[float, SemaphoreConfig, PartitionKeys, str]]:
-        with self._lock:
-            items = list(self._items)
-            self._items.clear()
-        return items
-
-    def put_back(self, items: list[tuple[float, SemaphoreConfig, PartitionKeys, str]]) -> None:
-        with self._lock:
-            self._items.extendleft(reversed(items))
-
-    def clear(self) -> None:
-        self._lock = threading.Lock()
-        self._items = collections.deque(maxlen=self.MAX)
+# Settles a release once, whether the caller's call or the recovery thread gets
+# Redis's answer first (see Lease._after_release).
+_settling = threading.Lock()
 
 
-_unanswered = _Unanswered()
-os.register_at_fork(after_in_child=_unanswered.clear)
+def _new_settling_lock() -> None:
+    global _settling
+    _settling = threading.Lock()  # it may have been held by a thread that did not survive fork()
 
 
-@receiver(setting_changed)
-def _forget_other_servers(*, setting: str, **kwargs: Any) -> None:
-    # Entries about another server or key prefix are of no use any more.
-    if setting in ("SEMAPHORE_REDIS", "CACHES", "SEMAPHORE_KEY_PREFIX"):
-        _unanswered.clear()
-
-
-def _forget_unanswered(client: Client, keys: PartitionKeys) -> bool:
-    """Give back what unanswered acquires took; True if one held a slot of ``keys``."""
-    freed = False
-    items = _unanswered.take()
-    for index, (_, config, orphan_keys, identifier) in enumerate(items):
-        try:
-            held = run(client, _forget(config, orphan_keys, identifier))
-        except SemaphoreBackendError:
-            _unanswered.put_back(items[index:])
-            break
-        freed = freed or (held and orphan_keys == keys)
-    return freed
-
-
-async def _aforget_unanswered(client: Client, keys: PartitionKeys) -> bool:
-    """The asyncio twin of :func:`_forget_unanswered`."""
-    freed = False
-    items = _unanswered.take()
-    for index, (_, config, orphan_keys, identifier) in enumerate(items):
-        try:
-            held = await arun(client, _forget(config, orphan_keys, identifier))
-        except SemaphoreBackendError:
-            _unanswered.put_back(items[index:])
-            break
-        freed = freed or (held and orphan_keys == keys)
-    return freed
-
-
-def _forget(config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> Operation[bool]:
-    """Undo an acquire whose answer was lost: release a slot it may hold, drop its
-    ticket; True if it held a slot."""
-    algorithm = ALGORITHMS[config.algorithm]
-    held = yield from algorithm.release(keys, config.limit, identifier)
-    if algorithm.queues:
-        yield from algorithm.abandon(keys, config.limit, identifier)
-    return held
+os.register_at_fork(after_in_child=_new_settling_lock)
 
 
 def _scan(client: Client, pattern: str) -> Iterator[bytes]:

@@ -32,12 +32,13 @@ UNPARTITIONED = "_"
 CACHED_KEY_LENGTH = 200  # longer partition values are hashed at every call
 
 # Suffixes of the keys of one partition.
-TIMEOUTS = "t"  # ZSET identifier -> expiry (server time, ms)
+TIMEOUTS = "t"  # ZSET identifier -> expiry ms (server time; client time for the seed variants)
 OWNERS = "o"  # ZSET identifier -> fair counter value (the token)
 HOLDS = "h"  # HASH identifier -> "token:acquired_ms:meta json"; field "#" = counter
 QUEUE = "q"  # ZSET waiter identifier -> ticket number (arrival order)
 QUEUE_DEADLINES = "d"  # ZSET waiter identifier -> ticket expiry (ms)
 LOCK = "l"  # STRING the fair_locked variant's lock
+RANKS = "r"  # ZSET scratch "fair" ranks live owners in; created and deleted in one MULTI
 WAKE = "w:"  # LIST per waiter: a push here wakes it (suffix + identifier)
 
 

@@ -2,13 +2,26 @@
 
 A caller that may wait takes a ticket in the partition's queue (a ZSET
 ordered by server time of arrival) inside the acquire script itself, then
-blocks on its own wake-up list with BLPOP.  The release script pushes to the
-lists of the first waiters, one per free slot, so a freed slot reaches the
-next waiter in one push, not at the next poll.  A lease that expires instead
-of being released wakes nobody, so the BLPOP timeout is also capped at the
-earliest lease expiry the acquire script reported.  A waiter renews its
-ticket every time it loops (at least every ``HEARTBEAT`` seconds); a crashed
-waiter's ticket expires after ``TICKET_MS`` and stops holding up the queue.
+blocks on its own wake-up list with BLPOP.  When a slot comes free, the script
+that frees it (release, abandon) picks the first waiters, one per free slot,
+and the operation pushes to their lists, so a freed slot reaches the next
+waiter in one push, not at the next poll.
+
+A woken waiter gets a short claim window (``CLAIM_MS`` in the scripts, 0.5 s)
+instead of the rest of its ticket: a live one comes back within milliseconds
+and takes the slot; a dead one (a crashed process) is dropped when the window
+ends, and the waiters behind it take over.  Nothing pushes a wake-up when a
+lease expires or a claim window ends, so a waiter's BLPOP is capped by the
+``recheck_ms`` its last refusal reported (the earliest of those moments), and
+the waiters next in line (fewer than two rounds of LIMIT ahead) also look
+again every ``NEAR_HEARTBEAT``; an acquire that finds a slot free which a
+waiter ahead is entitled to wakes that waiter (its claim window starts), so a
+dead waiter delays the next by about a claim window, not a whole ticket.
+
+A waiter renews its ticket every time it loops (at least every ``HEARTBEAT``
+seconds); a crashed waiter's ticket expires after ``TICKET_MS`` at the latest.
+A waiter that was dropped while it was only slow (stopped, swapped out) comes
+back to its place in the queue: it passes the ticket number it was given.
 
 Algorithms without a queue (the Redis in Action variants) wait by polling.
 """
@@ -18,19 +31,25 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .algorithms import Granted, Outcome
+from .algorithms import Granted, Outcome, Refused
 from .connection import socket_timeout
 from .keys import PartitionKeys
 from .scripting import Client, Command, Operation, Sleep, arun, run
 
 HEARTBEAT = 1.0  # seconds: longest BLPOP before a waiter renews its ticket
+NEAR_HEARTBEAT = 0.5  # seconds: the same for the waiters next in line
 TICKET_MS = 3000  # a ticket not renewed within this is abandoned
 POLL = 0.05  # seconds between attempts for algorithms without a queue
 MIN_BLOCK = 0.001  # BLPOP 0 would block forever
 
 
-def _block_for(client: Client, remaining: float, retry_after_ms: float) -> float:
-    timeout = min(remaining, retry_after_ms / 1000.0 + 0.001, HEARTBEAT)
+def _block_for(client: Client, remaining: float, outcome: Refused, limit: int) -> float:
+    """How long to block on the wake-up list after the refusal ``outcome``."""
+    recheck_ms = outcome.retry_after_ms if outcome.recheck_ms is None else outcome.recheck_ms
+    # A waiter with others ahead of it, but fewer than two rounds of slots,
+    # takes over if one of those dies: it must notice within about a second.
+    heartbeat = NEAR_HEARTBEAT if 0 < outcome.ahead < 2 * limit else HEARTBEAT
+    timeout = min(remaining, recheck_ms / 1000.0 + 0.001, heartbeat)
     read_timeout = socket_timeout(client)
     if read_timeout:
         timeout = min(timeout, read_timeout / 2)
@@ -51,17 +70,22 @@ def wait_ops(
 
     deadline = time.monotonic() + wait
     ticket_ms = TICKET_MS if algorithm.queues else 0
+    ticket = ""  # our place in the queue, once we have one
     while True:
-        outcome: Outcome = yield from algorithm.acquire(
-            keys, limit, timeout_ms, identifier, meta_json, ticket_ms
-        )
+        if algorithm.queues:
+            outcome: Outcome = yield from algorithm.acquire(
+                keys, limit, timeout_ms, identifier, meta_json, ticket_ms, ticket
+            )
+        else:
+            outcome = yield from algorithm.acquire(keys, limit, timeout_ms, identifier, meta_json)
         if isinstance(outcome, Granted):
             return outcome
+        ticket = outcome.ticket or ticket
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
         if algorithm.queues:
-            timeout = _block_for(client, remaining, outcome.retry_after_ms)
+            timeout = _block_for(client, remaining, outcome, limit)
             yield Command(("BLPOP", keys.wake(identifier), timeout))
         else:
             yield Sleep(max(MIN_BLOCK, min(remaining, POLL, outcome.retry_after_ms / 1000.0)))

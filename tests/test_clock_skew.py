@@ -2,7 +2,11 @@
 
 The default "lua" algorithm reads the time from the Redis server (``TIME``)
 inside its scripts.  The Redis in Action variants use the client's clock, as
-the seeds do; the last tests document what a wrong clock does to them.
+the seeds do; the tests in the middle document what a wrong clock does to
+them.  The last ones check that each entry is judged by the clock that wrote
+it: status(), holders(), purge_expired() and sema_cleanup judge a seed
+variant's holders on the client's clock, so app clocks that lag Redis's do
+not make a live holder look expired.
 """
 
 import datetime
@@ -58,8 +62,8 @@ def test_skewed_clocks_cannot_steal_or_evict_lua(subprocess_env):
     (ahead,) = skewed(subprocess_env, [HOUR], **command)
     assert ahead["token"] is not None and ahead["token"] > mine[1].token
     assert ahead["holders"] == [mine[1].identifier, ahead["identifier"]]
-    expires = datetime.datetime.fromtimestamp(ahead["expires_ms"] / 1000, datetime.timezone.utc)
-    expected = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30)
+    expires = datetime.datetime.fromtimestamp(ahead["expires_ms"] / 1000, datetime.UTC)
+    expected = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=30)
     assert abs(expires - expected) < datetime.timedelta(seconds=60)  # not an hour off
     (behind,) = skewed(subprocess_env, [-HOUR], **command)
     assert behind["token"] is None
@@ -105,6 +109,64 @@ def test_clock_behind_steals_a_slot_from_basic(subprocess_env):
     )
     assert behind["token"] is not None
     # Three processes believe they hold a LIMIT 2 semaphore; the thief's entry
-    # is invisible to holders() because, on server time, it expired an hour ago.
+    # is invisible to holders() because, on our clock, it expired an hour ago
+    # (our refreshes have already purged it: the seeds purge on every write).
     assert [lease.refresh() for lease in mine] == [True, True]
     assert [h.identifier for h in sem.holders()] == [lease.identifier for lease in mine]
+
+
+# -- one clock: a seed entry is judged by the clock that wrote it ------------------------------
+
+LAG = 30  # seconds the app's clocks are behind Redis's
+
+
+@pytest.mark.parametrize("configured", [True, False], ids=["in-SEMAPHORES", "not-in-SEMAPHORES"])
+@pytest.mark.parametrize("algorithm", ["basic", "fair", "fair_locked"])
+def test_a_live_seed_holder_survives_inspection_when_app_clocks_lag_redis(
+    subprocess_env, raw_redis, algorithm, configured
+):
+    """App clocks 30 s behind Redis's; a lease of 20 s, live on the clock that wrote it.
+
+    On Redis's clock that lease ended 10 s before it began.  Before the fix
+    the inspection scripts judged it by Redis's TIME: status() and holders()
+    did not count it, and purge_expired() and sema_cleanup removed it while
+    it was held.  A semaphore that is no longer in SEMAPHORES (algorithm
+    unknown) is judged by the earlier of the two clocks: never early.
+    """
+    name = f"lag-{algorithm}"
+    (report,) = skewed(
+        subprocess_env,
+        [-LAG],
+        name=name,
+        limit=2,
+        timeout=20,
+        algorithm=algorithm,
+        configured=configured,
+        inspect=True,
+    )
+    print(report)
+    assert report["token"] is not None
+    me = report["identifier"]
+    assert report["holders_before"] == [me]
+    assert report["in_use"] == 1 and report["available"] == 1
+    assert report["cleanup_dry_run"] == 0
+    assert report["purged"] == 0
+    assert report["cleanup"] == 0
+    assert report["holders"] == [me]
+    keys = Semaphore(name, limit=2).partition()
+    assert raw_redis.zscore(keys.timeouts, me) is not None
+    assert raw_redis.hget(keys.holds, me) is not None
+
+
+def test_cleanup_of_an_unconfigured_semaphore_waits_for_both_clocks(subprocess_env):
+    """Algorithm unknown (not in SEMAPHORES): an entry goes once it has ended on both clocks.
+
+    A "lua" lease of 20 s (server time) inspected by sema_cleanup on an app
+    clock 30 s ahead: judged by that clock alone it would have ended 10 s ago.
+    """
+    (report,) = skewed(
+        subprocess_env, [LAG], name="ahead-lua", limit=2, timeout=20, algorithm="lua", inspect=True
+    )
+    assert report["token"] is not None
+    assert report["cleanup_dry_run"] == 0 and report["cleanup"] == 0
+    assert report["holders"] == [report["identifier"]]

@@ -257,7 +257,7 @@ def test_holders_in_token_order_with_meta_and_times():
     assert holders[0].meta == {"host": host, "pid": pid, "job": "a"}
     assert holders[1].meta == {"host": host, "pid": pid, "job": "b", "n": 2}
     assert holders[2].meta == {"host": host, "pid": pid}
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     for holder, lease in zip(holders, [first, second, third], strict=True):
         assert holder.acquired_at.tzinfo is not None and holder.expires_at.tzinfo is not None
         assert holder.expires_at - holder.acquired_at == datetime.timedelta(seconds=20)

@@ -1,10 +1,40 @@
 -- Shared prelude, prepended to every script.
 -- KEYS[1] timeouts ZSET (id -> expiry ms), KEYS[2] owners ZSET (id -> token),
--- KEYS[3] holds HASH (id -> "token:acquired_ms:meta", "#" -> counter),
--- KEYS[4] queue ZSET (waiter id -> ticket), KEYS[5] queue deadlines ZSET (waiter id -> ms).
+-- KEYS[3] holds HASH (id -> "token:acquired_ms:meta", "#" -> counter,
+--         "%" -> recent hold times, see record_hold),
+-- KEYS[4] queue ZSET (waiter id -> ticket), KEYS[5] queue deadlines ZSET (waiter id -> ms),
+-- KEYS[6] (acquire of a waiter, abandon) the caller's own wake-up LIST.
+-- A script touches no other key: the wake-up lists of other waiters are
+-- pushed afterwards by wake.lua, to which the caller passes the identifiers
+-- (and the TTL) a script returned (Redis Cluster wants every key declared).
+--
+-- A TTL that a holder or waiter relies on is only ever lengthened: processes
+-- may disagree on TIMEOUT (a rolling deploy that changes it), and a
+-- short-TIMEOUT process must not cut the TTL of a longer one's keys. A key
+-- that may have been (re)created always gets a TTL in the same script.
+
+-- A woken waiter has this long to come back and take its slot: a live one
+-- does within milliseconds; a dead one is then dropped from the queue instead
+-- of holding up the waiters behind it until its ticket runs out.
+local CLAIM_MS = 500
+-- Recent hold times, packed in one integer field of the holds HASH so that a
+-- release records one with a single HINCRBY: sum of the holds in ms x SCALE +
+-- their number. Both halve when the number reaches SAMPLES (older holds weigh
+-- less and less), which keeps the number below SCALE and the sum exact.
+local HOLDS_FIELD = '%'
+local HOLD_SCALE = 1024
+local HOLD_SAMPLES = 32
+local HOLD_MAX_MS = 2147483647  -- longer holds count as this: 32 x 2^31 x 1024 < 2^53
+
 local function server_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
+end
+
+-- Give `key` a TTL of at least `ttl` ms; never shorten a longer one, and set
+-- one on a key that has none (PTTL -1: just created).
+local function lengthen(key, ttl)
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
 end
 
 -- Remove up to `n` holders whose lease ended at or before `now`; return how many.
@@ -32,31 +62,80 @@ local function purge_waiters(now)
   return waiting
 end
 
--- Push a wake-up to the first waiters, one per free slot.
-local function wake(now, limit, wake_prefix)
-  local waiting = purge_waiters(now)
-  if waiting == 0 then return end
-  local free = limit - redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-  if free <= 0 then return end
+-- The first `free` waiters are entitled to the free slots: give each one not
+-- woken yet CLAIM_MS to come and take its slot (ZADD LT only ever brings a
+-- deadline forward; CH says whether it did, i.e. whether this waiter is woken
+-- now) and append it to `out`, preceded by the TTL for its wake-up list (that
+-- of the queue keys, which outlive every waiter's lease, and at least 10 s).
+local function wake_first(now, free, out)
+  local claim = now + CLAIM_MS
+  local first = #out + 1
   for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
-    local k = wake_prefix .. w
-    redis.call('RPUSH', k, '1')
-    redis.call('PEXPIRE', k, 10000)
+    if redis.call('ZADD', KEYS[5], 'XX', 'LT', 'CH', claim, w) == 1 then
+      if #out < first then out[first] = math.max(10000, redis.call('PTTL', KEYS[5])) end
+      out[#out + 1] = w
+    end
   end
 end
 
--- Keep the holder keys alive past the latest expiry they hold, plus one second.
--- Every writer gives the three keys the same TTL, with one lease to spare
--- (so a partition nobody uses is gone within 2 x lease + 1 s): while the
--- timeout ZSET's TTL still covers this expiry the others' do too, and one
--- PTTL replaces four commands.  `force` when a key may have been (re)created.
-local function keep_alive(now, expiry, lease, force)
+-- A slot came free (release, abandon): pass it to the first waiters.
+local function wake(now, limit, out)
+  local waiting = purge_waiters(now)
+  if waiting == 0 then return end
+  local free = limit - redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+  if free > 0 then wake_first(now, free, out) end
+end
+
+-- Record one hold time (ms) in the holds HASH, which must exist (it does while
+-- it holds a record: see release.lua), so the HINCRBY keeps its TTL.
+local function record_hold(hold)
+  if hold < 0 then hold = 0 elseif hold > HOLD_MAX_MS then hold = HOLD_MAX_MS end
+  local packed = redis.call('HINCRBY', KEYS[3], HOLDS_FIELD, string.format('%.0f', hold * HOLD_SCALE + 1))
+  local n = packed % HOLD_SCALE
+  if n >= HOLD_SAMPLES then
+    local sum = (packed - n) / HOLD_SCALE
+    redis.call('HSET', KEYS[3], HOLDS_FIELD, string.format('%.0f', math.floor(sum / 2) * HOLD_SCALE + n / 2))
+  end
+end
+
+-- Milliseconds a caller with `ahead` waiters before it can expect to wait,
+-- from the recent hold times: each round of `limit` holds frees `limit`
+-- slots. nil when no hold has been recorded yet.
+local function hold_estimate(ahead, limit)
+  local packed = tonumber(redis.call('HGET', KEYS[3], HOLDS_FIELD) or '')
+  if not packed then return nil end
+  local n = packed % HOLD_SCALE
+  if n == 0 then return nil end
+  local mean = (packed - n) / HOLD_SCALE / n
+  return math.ceil((ahead + 1) / limit) * mean
+end
+
+-- Keep the holder keys alive past the latest expiry they hold, plus one second,
+-- with one lease to spare (so a partition nobody uses is gone within
+-- 2 x lease + 1 s). Invariant: the timeout ZSET's TTL covers every live
+-- expiry in it + 1 s, and the other two keys' TTLs are at least as long; so
+-- one PTTL tells whether anything needs writing, and a write that is needed
+-- (the TTL is below this expiry + 1 s) lengthens the timeout ZSET, while GT
+-- keeps the others from being shortened.
+-- `fresh`: the partition had no holder entries (live == 0), so the ZSETs were
+-- just created, and no holder relies on any of the three TTLs: set them.
+-- `rebuilt`: the holds HASH was just re-created (evicted alone, without a
+-- TTL): all three get the longest of their TTLs and this one.
+local function keep_alive(now, expiry, lease, fresh, rebuilt)
   local need = expiry - now + 1000
-  if not force and redis.call('PTTL', KEYS[1]) >= need then return end
-  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  if last[2] and tonumber(last[2]) > expiry then need = tonumber(last[2]) - now + 1000 end
   local ttl = need + lease
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
-  redis.call('PEXPIRE', KEYS[3], ttl)
+  if fresh then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[2], ttl)
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  elseif rebuilt then
+    ttl = math.max(ttl, redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[2]))
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[2], ttl)
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  elseif redis.call('PTTL', KEYS[1]) < need then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[2], ttl, 'GT')
+    redis.call('PEXPIRE', KEYS[3], ttl, 'GT')
+  end
 end

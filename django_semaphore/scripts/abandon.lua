@@ -1,9 +1,11 @@
 -- A waiter gives up: drop its ticket and pass any free slot to the next waiters.
--- ARGV: identifier, limit, wake prefix.
+-- ARGV: identifier, limit. KEYS[6]: the waiter's own wake-up list.
+-- Returns {1, [wake TTL ms, id, ...]}: the waiters whose wake-ups the caller pushes.
 local id = ARGV[1]
 local now = server_ms()
 redis.call('ZREM', KEYS[4], id)
 redis.call('ZREM', KEYS[5], id)
-redis.call('DEL', ARGV[3] .. id)
-wake(now, tonumber(ARGV[2]), ARGV[3])
-return 1
+redis.call('DEL', KEYS[6])
+local out = {1}
+wake(now, tonumber(ARGV[2]), out)
+return out

@@ -1,5 +1,8 @@
 -- Live holders in owner (token) order: {now_ms, id, expiry_ms, record, id, expiry_ms, record, ...}.
-local now = server_ms()
+-- ARGV[1]: the client's now in ms for the variants that write expiries on the
+-- client's clock ('' : the server's TIME): an entry is judged by the clock that wrote it.
+local now
+if ARGV[1] and ARGV[1] ~= '' then now = tonumber(ARGV[1]) else now = server_ms() end
 local out = {now}
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   local expiry = redis.call('ZSCORE', KEYS[1], id)

@@ -1,6 +1,19 @@
--- Remove every expired holder (and owner entries without a live lease).
--- ARGV: "1" to only count (dry run). Returns the number of identifiers removed.
-local now = server_ms()
+-- Remove every expired holder (and owner entries and records without a live lease).
+-- ARGV[1]: "1" to only count (dry run).
+-- ARGV[2]: the client's now in ms for the variants that write expiries on the
+--          client's clock ('' : the server's TIME): an entry is judged by the
+--          clock that wrote it.
+-- ARGV[3]: "1" when the writer's clock is not known (a semaphore no longer
+--          configured): the earlier of ARGV[2] and TIME, so an entry goes only
+--          once it has ended on both clocks.
+-- Waiter tickets are written on the server's clock and judged by it.
+-- Returns the number of identifiers removed (or that would be).
+local server = server_ms()
+local now = server
+if ARGV[2] and ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
+  if ARGV[3] == '1' and server < now then now = server end
+end
 local dry = ARGV[1] == '1'
 local removed = 0
 if dry then
@@ -12,7 +25,7 @@ else
     removed = removed + n
   until n < 1000
 end
--- Owner entries with no lease (left by an interrupted pipeline variant).
+-- Owner entries with no lease (left by an interrupted operation).
 local orphans = {}
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   local expiry = redis.call('ZSCORE', KEYS[1], id)
@@ -25,5 +38,5 @@ if #orphans > 0 and not dry then
     redis.call('HDEL', KEYS[3], unpack(chunk))
   end
 end
-if not dry then purge_waiters(now) end
+if not dry then purge_waiters(server) end
 return removed + #orphans

@@ -12,5 +12,5 @@ end
 local lease = tonumber(ARGV[2])
 local expires = now + lease
 redis.call('ZADD', KEYS[1], 'XX', expires, id)
-keep_alive(now, expires, lease, false)
+keep_alive(now, expires, lease, false, false)
 return expires

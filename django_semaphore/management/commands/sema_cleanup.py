@@ -19,8 +19,10 @@ class Command(BaseCommand):
     help = (
         "Remove expired holder entries from every semaphore and partition in Redis (found with SCAN "
         "on every primary, never KEYS). Live holders are never touched, so it is safe to run while "
-        "traffic flows. Semaphores found under SEMAPHORE_KEY_PREFIX that are no longer in SEMAPHORES "
-        "are cleaned too. The last line, 'Removed N expired entries from M semaphores.', counts as M "
+        "traffic flows: an entry is expired on the clock that wrote it (Redis's for ALGORITHM 'lua', "
+        "this machine's for the Redis in Action variants). Semaphores found under SEMAPHORE_KEY_PREFIX "
+        "that are no longer in SEMAPHORES are cleaned too, removing only entries that have ended on "
+        "both clocks. The last line, 'Removed N expired entries from M semaphores.', counts as M "
         "every semaphore examined, whether or not it had keys in Redis."
     )
 

@@ -1,0 +1,179 @@
+"""Waiting for a slot with the "lua" algorithm: dead and stalled waiters.
+
+A waiter that dies while queued must not hold up the waiters behind it for
+long, and a waiter that is only slow (stopped, paused) must not lose its place
+in the queue.  The waiters that die or stall are real processes, SIGKILLed or
+SIGSTOPped; the live ones are threads or asyncio tasks of the test process.
+"""
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from django_semaphore import Semaphore, connection
+
+from .helpers import wait_until
+
+WAITER = textwrap.dedent(
+    """
+    import json, sys
+    import django
+    django.setup()
+    from django_semaphore import Semaphore
+    name, limit, timeout, wait, label = sys.argv[1:6]
+    sem = Semaphore(name, limit=int(limit), timeout=float(timeout))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    lease = sem.acquire(wait=float(wait), meta={"w": label})
+    print(json.dumps({"granted": lease is not None}), flush=True)
+    sys.stdin.readline()
+    if lease is not None:
+        lease.release()
+    """
+)
+
+
+def _waiter(env, name, label, limit=1, timeout=30, wait=60):
+    """A waiter process, ready to queue on ``name`` once it is told to (see _queue)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", WAITER, name, str(limit), str(timeout), str(wait), label],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout.readline().strip() == "ready", "the waiter process did not start"
+    return process
+
+
+def _queue(process, sem, waiting):
+    """Tell ``process`` to acquire; return once the queue holds ``waiting`` waiters."""
+    process.stdin.write("go\n")
+    process.stdin.flush()
+    wait_until(lambda: sem.status().waiting == waiting, message=f"{waiting} waiters queued")
+
+
+def _stop(process):
+    if process.poll() is None:
+        process.send_signal(signal.SIGCONT)
+        process.kill()
+    process.wait(10)
+
+
+def _in_thread(sem, **kwargs):
+    """sem.acquire(**kwargs) in a thread; the result dict gets the lease and when it came."""
+    result = {}
+
+    def target():
+        result["lease"] = sem.acquire(**kwargs)
+        result["at"] = time.monotonic()
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def _server_ms():
+    seconds, micros = connection.get_client().time()
+    return seconds * 1000 + micros // 1000
+
+
+def test_a_dead_waiter_delays_the_next_by_less_than_a_second(subprocess_env):
+    # Issue 11, item 8: the waiter at the head of the queue is SIGKILLed; the
+    # live waiter behind it must get the slot freed by a release promptly, not
+    # when the dead waiter's ticket runs out (2-3 s before the fix).
+    sem = Semaphore("dead-head", limit=1, timeout=30)
+    holder = sem.acquire()
+    dead = _waiter(subprocess_env, "dead-head", "dead")
+    try:
+        _queue(dead, sem, 1)
+        live, result = _in_thread(sem, wait=30, meta={"w": "live"})
+        wait_until(lambda: sem.status().waiting == 2, message="live waiter queued behind")
+        dead.kill()
+        dead.wait(10)
+        freed = time.monotonic()
+        assert holder.release() is True
+        live.join(30)
+    finally:
+        _stop(dead)
+    assert result["lease"] is not None
+    delay = result["at"] - freed
+    print(f"DEAD WAITER at the head: the next waiter got the released slot after {delay:.3f}s")
+    assert delay < 1.5
+    assert [h.meta["w"] for h in sem.holders()] == ["live"]
+    assert result["lease"].release() is True
+    assert sem.status().waiting == 0
+
+
+@pytest.mark.asyncio
+async def test_a_dead_waiter_does_not_hold_up_an_async_waiter_when_a_lease_expires(subprocess_env):
+    # An expiring lease pushes no wake-up: the live waiter's own acquire, at
+    # the expiry, finds the slot free and the dead waiter ahead entitled to
+    # it, wakes it, and takes the slot once the dead one failed to claim it.
+    sem = Semaphore("dead-expiry", limit=1, timeout=30)
+    dead = await asyncio.to_thread(_waiter, subprocess_env, "dead-expiry", "dead")
+    try:
+        holder = await Semaphore("dead-expiry", limit=1, timeout=1.5).aacquire()  # never released
+        await asyncio.to_thread(_queue, dead, sem, 1)
+        live = asyncio.create_task(sem.aacquire(wait=30, meta={"w": "live"}))
+        await asyncio.to_thread(
+            wait_until, lambda: sem.status().waiting == 2, message="live waiter queued behind"
+        )
+        dead.kill()
+        await asyncio.to_thread(dead.wait, 10)
+        expiry = time.monotonic() + (holder.expires_ms - await asyncio.to_thread(_server_ms)) / 1000
+        lease = await asyncio.wait_for(live, 30)
+        granted = time.monotonic()
+    finally:
+        await asyncio.to_thread(_stop, dead)
+    assert lease is not None
+    delay = granted - expiry
+    print(f"DEAD WAITER at the head: the next (async) waiter got the expired slot after {delay:.3f}s")
+    assert delay < 1.5
+    assert await lease.arelease() is True
+
+
+@pytest.mark.slow
+def test_a_stalled_waiter_keeps_its_place_in_the_queue(subprocess_env):
+    # A waiter stopped for longer than its ticket lasts (a SIGSTOP here; a long
+    # GC pause or a swapped-out process in real life) is dropped from the
+    # queue meanwhile, so the waiters behind it are not held up. When it runs
+    # again it goes back to its place, ahead of the waiters that queued after
+    # it, not to the back of the queue.
+    sem = Semaphore("stalled", limit=1, timeout=30)
+    holder = sem.acquire()
+    stalled = _waiter(subprocess_env, "stalled", "stalled")
+    try:
+        _queue(stalled, sem, 1)
+        second, second_result = _in_thread(sem, wait=30, meta={"w": "second"})
+        wait_until(lambda: sem.status().waiting == 2, message="second waiter queued")
+        third, third_result = _in_thread(sem, wait=30, meta={"w": "third"})
+        wait_until(lambda: sem.status().waiting == 3, message="third waiter queued")
+        stalled.send_signal(signal.SIGSTOP)
+        assert holder.release() is True
+        second.join(30)
+        assert second_result["lease"] is not None
+        # Stopped past its ticket: only the third waiter is still queued.
+        wait_until(lambda: sem.status().waiting == 1, message="stalled waiter dropped")
+        stalled.send_signal(signal.SIGCONT)
+        wait_until(lambda: sem.status().waiting == 2, message="stalled waiter back in the queue")
+        assert second_result["lease"].release() is True
+        holders = wait_until(sem.holders, message="the slot taken again")
+        assert [h.meta["w"] for h in holders] == ["stalled"]  # before the fix: "third"
+        assert json.loads(stalled.stdout.readline()) == {"granted": True}
+        assert third.is_alive()
+        stalled.stdin.write("release\n")
+        stalled.stdin.flush()
+        assert stalled.wait(10) == 0
+        third.join(30)
+        assert third_result["lease"] is not None
+        assert third_result["lease"].release() is True
+    finally:
+        _stop(stalled)
