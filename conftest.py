@@ -14,7 +14,7 @@ _server = None
 def pytest_configure(config):
     global _server
     if not os.environ.get("REDIS_URL"):
-        from django_semaphore.testing.server import RedisServer
+        from tests.servers import RedisServer
 
         _server = RedisServer().start()
         os.environ["REDIS_URL"] = _server.url

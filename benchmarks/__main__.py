@@ -8,7 +8,7 @@ import platform
 import sys
 import time
 
-from django_semaphore.testing.server import RedisServer, redis_server_binary
+from tests.servers import RedisServer, redis_server_binary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGETS = {

@@ -21,7 +21,7 @@ import redis
 import redis.cluster
 
 from django_semaphore import connection
-from django_semaphore.testing.server import (
+from tests.servers import (
     RedisClusterServers,
     RedisSentinelServers,
     RedisServer,

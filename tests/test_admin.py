@@ -220,7 +220,7 @@ def test_purge_expired_button(client, changer, settings, raw_redis):
 
 
 def test_redis_down_shows_an_error_not_a_500(client, viewer, settings):
-    from django_semaphore.testing.server import free_port
+    from tests.servers import free_port
 
     settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{free_port()}/0"}
     client.force_login(viewer)

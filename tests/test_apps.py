@@ -19,7 +19,7 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 
 from django_semaphore import conf
-from django_semaphore.testing.server import free_port
+from tests.servers import free_port
 from tests.settings_web import WEB_SEMAPHORES
 
 pytestmark = pytest.mark.slow

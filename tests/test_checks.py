@@ -11,7 +11,7 @@ from django.core.checks import Error, Info, Warning, run_checks
 from django.core.exceptions import ImproperlyConfigured
 
 from django_semaphore import Semaphore, connection, semaphores
-from django_semaphore.testing.server import RedisServer, free_port, redis_server_binary
+from tests.servers import RedisServer, free_port, redis_server_binary
 
 GOOD = {"LIMIT": 2, "TIMEOUT": 5}
 

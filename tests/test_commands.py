@@ -11,7 +11,7 @@ import redis.cluster
 from django.core.management import CommandError, call_command
 
 from django_semaphore import Semaphore, semaphores
-from django_semaphore.testing.server import free_port
+from tests.servers import free_port
 
 # Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py),
 # except those that talk to the single server directly.

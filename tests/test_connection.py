@@ -8,7 +8,7 @@ import redis
 from django_redis import get_redis_connection
 
 from django_semaphore import Semaphore, SemaphoreBackendError, SemaphoreError, connection
-from django_semaphore.testing.server import RedisServer, free_port
+from tests.servers import RedisServer, free_port
 
 
 @pytest.fixture

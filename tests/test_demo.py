@@ -17,8 +17,8 @@ import urllib.request
 
 import pytest
 
-from django_semaphore.testing.server import free_port
 from tests.browser import chromium, new_page, screenshot
+from tests.servers import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANAGE = os.path.join(ROOT, "testproject", "manage.py")

@@ -9,6 +9,7 @@ templates, static files, migrations and ``py.typed`` included) and nothing
 else: no tests, testproject or benchmarks.
 """
 
+import ast
 import email
 import os
 import re
@@ -125,6 +126,33 @@ def test_wheel_holds_the_whole_package_and_nothing_else(built):
         f"{PACKAGE}/migrations/__init__.py",
     ):
         assert required in files
+
+
+# Modules that start or manage processes: the library itself never does, only test rigs do.
+PROCESS_MODULES = {"subprocess", "multiprocessing", "pty"}
+
+
+def _process_imports(source):
+    """The process-starting modules that ``source`` imports (at any depth)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found & PROCESS_MODULES
+
+
+def test_wheel_ships_no_test_rigs(built):
+    """The redis-server / Cluster / Sentinel launchers live in tests/, not in users' installs."""
+    wheel, _ = built
+    with zipfile.ZipFile(wheel) as archive:
+        modules = {n: archive.read(n).decode() for n in archive.namelist() if n.endswith(".py")}
+    rigs = {name: sorted(found) for name, source in modules.items() if (found := _process_imports(source))}
+    lines = sum(modules[name].count("\n") for name in rigs)
+    print(f"{len(modules)} modules in {wheel.name}; {len(rigs)} start processes ({lines} lines): {rigs}")
+    assert rigs == {}
+    assert not any(name.startswith(f"{PACKAGE}/testing/") for name in modules)
 
 
 def test_metadata_claims_only_the_tested_versions(built):

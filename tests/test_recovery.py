@@ -26,7 +26,7 @@ import redis
 from django_semaphore import Semaphore, SemaphoreBackendError, connection, recovery, signals
 from django_semaphore.algorithms import Lua
 from django_semaphore.scripting import run
-from django_semaphore.testing.server import RedisServer
+from tests.servers import RedisServer
 
 from .helpers import wait_until
 

@@ -22,8 +22,8 @@ import pytest
 import redis
 
 from django_semaphore import Semaphore, SemaphoreBackendError, connection, signals
-from django_semaphore.testing.server import RedisSentinelServers
 from tests.fixtures_redis import sentinel_service
+from tests.servers import RedisSentinelServers
 
 LIMIT = 3
 

@@ -3,8 +3,8 @@
 import pytest
 
 from django_semaphore import semaphores
-from django_semaphore.testing.server import free_port
 from tests.browser import chromium, new_page, screenshot
+from tests.servers import free_port
 from tests.settings_web import WEB_SEMAPHORES
 
 pytestmark = pytest.mark.browser

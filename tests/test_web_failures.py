@@ -17,7 +17,7 @@ import time
 import pytest
 
 from django_semaphore import semaphores, signals
-from django_semaphore.testing.server import RedisServer, free_port
+from tests.servers import RedisServer, free_port
 from tests.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 
 

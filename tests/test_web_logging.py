@@ -17,7 +17,7 @@ from django.test import RequestFactory
 from django.utils.log import AdminEmailHandler
 
 from django_semaphore import semaphore, semaphores, web
-from django_semaphore.testing.server import free_port
+from tests.servers import free_port
 from tests.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 
 BURST = 201
@@ -70,7 +70,7 @@ def test_redis_down_sends_no_error_email_and_logs_one_warning(client, redis_down
 
 
 def test_a_new_failure_burst_warns_again_after_redis_answers(client, settings, caplog):
-    from django_semaphore.testing.server import RedisServer
+    from tests.servers import RedisServer
 
     with RedisServer() as server, caplog.at_level(logging.DEBUG, logger="django_semaphore"):
         settings.SEMAPHORE_REDIS = {"URL": server.url}

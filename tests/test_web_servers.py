@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from django_semaphore import semaphores, signals
-from django_semaphore.testing.server import free_port
 from tests.helpers import wait_until
+from tests.servers import free_port
 from tests.settings_web import WEB_SEMAPHORES
 from tests.views import gate_key, probe_keys
 

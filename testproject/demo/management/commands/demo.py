@@ -52,7 +52,8 @@ class Command(BaseCommand):
         server = None
         redis_url = settings.REDIS_URL
         if not redis_url:
-            from django_semaphore.testing.server import RedisServer
+            # The repository's rig (not in the wheel); manage.py puts the repository root on sys.path.
+            from tests.servers import RedisServer
 
             server = RedisServer().start()
             redis_url = server.url

