@@ -41,9 +41,14 @@ test: $(STAMP) lint typecheck
 typecheck: $(STAMP)
 	REDIS_URL=redis://mypy.invalid:6379/0 $(BIN)/mypy
 
-# The suite on Django 4.2, 5.2 and the newest installable (noxfile.py), one .nox/ venv each.
+# The suite on Django 4.2, 5.2, 6.0 and 6.1 on Python 3.11-3.13 (noxfile.py), one .nox/ venv
+# each. Interpreters not on PATH are taken from pyenv (the newest patch release of each).
+PYENV_ROOT ?= $(shell pyenv root 2>/dev/null)
+empty :=
+space := $(empty) $(empty)
+MATRIX_PATH := $(subst $(space),:,$(strip $(foreach v,3.11 3.12 3.13,$(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(v).*/bin))))))
 matrix: $(STAMP)
-	$(BIN)/nox -f noxfile.py $(NOX_ARGS) -- $(PYTEST_ARGS)
+	PATH="$(MATRIX_PATH):$$PATH" $(BIN)/nox -f noxfile.py $(NOX_ARGS) -- $(PYTEST_ARGS)
 
 # Serves testproject on http://$(HOST):$(PORT)/ (an embedded Redis unless REDIS_URL is set).
 demo: $(STAMP)
