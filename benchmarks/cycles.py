@@ -4,7 +4,7 @@ import os
 import uuid
 
 from django_semaphore import Semaphore, connection
-from django_semaphore.algorithms import ACQUIRE, RELEASE
+from django_semaphore.algorithms.lua import ACQUIRE, RELEASE
 
 from .common import ALGORITHMS, interleaved, median, ratio
 

@@ -24,17 +24,27 @@ from typing import TYPE_CHECKING, Any
 from .exceptions import SemaphoreBackendError, SemaphoreError, SemaphoreFull
 
 if TYPE_CHECKING:  # what the lazy imports below give, for type checkers
-    from .core import Holder, Lease, Semaphore, semaphores
+    from .core import Semaphore, semaphores
     from .decorators import semaphore
+    from .inspection import Holder
+    from .lease import Lease
 
 
 def __getattr__(name: str) -> Any:
     # Imported on first use: the engine needs Django settings, and this
     # package must stay importable from settings.py and setup tools.
-    if name in ("Semaphore", "Lease", "Holder", "semaphores"):
+    if name in ("Semaphore", "semaphores"):
         from . import core
 
         return getattr(core, name)
+    if name == "Lease":
+        from .lease import Lease
+
+        return Lease
+    if name == "Holder":
+        from .inspection import Holder
+
+        return Holder
     if name == "semaphore":
         from .decorators import semaphore
 

@@ -42,9 +42,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from . import monitor
-from .core import Holder, semaphores
+from . import discovery, monitor
+from .core import semaphores
 from .exceptions import SemaphoreBackendError
+from .inspection import Holder
 from .keys import UNPARTITIONED
 from .models import Semaphore
 
@@ -268,7 +269,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         key_hash = request.POST.get("partition", "")
         try:
             token = int(request.POST.get("token", ""))
-            keys = monitor.partition_keys(name, key_hash)
+            keys = discovery.partition(name, key_hash)
         except ValueError:
             messages.error(request, _("That form named no holder."))
             return self._back(request, object_id)

@@ -1,11 +1,16 @@
 import importlib.util
 
 from django.apps import AppConfig
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
+from . import conf
 
-class SemaphoreConfig(AppConfig):
+
+class DjangoSemaphoreConfig(AppConfig):
+    """The ``django_semaphore`` app (the one settings object of a semaphore is ``SemaphoreConfig``)."""
+
     name = "django_semaphore"
     verbose_name = _("Semaphores")
     default_auto_field = "django.db.models.AutoField"
@@ -23,7 +28,7 @@ class SemaphoreConfig(AppConfig):
         """
         from . import checks  # noqa: F401 - registers the system checks
 
-        validate_settings()
+        refuse_bad_settings()
 
         if importlib.util.find_spec("prometheus_client") is not None:
             from . import metrics  # the [prometheus] extra: count what the signals report
@@ -31,15 +36,14 @@ class SemaphoreConfig(AppConfig):
             metrics.install()
 
 
-def validate_settings() -> None:
+def refuse_bad_settings() -> None:
     """Raise ImproperlyConfigured listing every SEMAPHORE settings error (id, entry, message, hint).
 
     The errors are those of the ``django_semaphore.E0xx`` system checks, less
     the ids in SILENCED_SYSTEM_CHECKS; warnings never stop the app.
     """
-    from . import conf
-
-    errors = conf.boot_errors()
+    silenced = set(getattr(settings, "SILENCED_SYSTEM_CHECKS", ()))
+    errors = conf.validated().boot_errors(silenced)
     if not errors:
         return
     lines = [

@@ -31,14 +31,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import redis
 from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
+from redis.exceptions import RedisClusterException
 
-from . import conf
+from . import conf, connection
+from .validation import Problem
 
 
-def _message(problem: conf.Problem) -> checks.CheckMessage:
+def _message(problem: Problem) -> checks.CheckMessage:
     cls = checks.Warning if problem.warning else checks.Error
     return cls(problem.msg, hint=problem.hint, id=problem.id)
 
@@ -48,13 +51,18 @@ def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     """Report every bad SEMAPHORE_* setting as an error or warning with a hint."""
-    return [_message(problem) for problem in conf.all_problems()]
+    return [_message(problem) for problem in conf.validated().all_problems()]
+
+
+def _settings_have_errors() -> bool:
+    # The deploy checks need usable settings; check_settings reports the errors.
+    return any(not p.warning for p in conf.validated().all_problems())
 
 
 @checks.register("django_semaphore", deploy=True)
 def check_redis(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Deploy checks: socket timeouts on the alias, and Redis reachable."""
-    if any(not p.warning for p in conf.all_problems()):
+    if _settings_have_errors():
         return []
     messages: list[checks.CheckMessage] = []
     value = conf.setting("SEMAPHORE_REDIS")
@@ -71,8 +79,6 @@ def check_redis(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -
                     id="django_semaphore.W002",
                 )
             )
-    from . import connection
-
     try:
         connection.get_client().ping()
     except Exception as exc:
@@ -101,8 +107,6 @@ def _where() -> str:
 
 def _policies(client: Any) -> list[tuple[str, str]]:
     """[(server, maxmemory-policy)] of the one server, or of every primary of a cluster."""
-    from . import connection
-
     if connection.is_cluster(client):
         return [
             (node.name, _policy(node.redis_connection.config_get("maxmemory-policy")))
@@ -128,13 +132,8 @@ def check_eviction_policy(
     refuses CONFIG (renamed or denied by an ACL, as on many managed services)
     gets an info, not an error; an unreachable one is W003's to report.
     """
-    if any(not p.warning for p in conf.all_problems()):
+    if _settings_have_errors():
         return []
-    import redis
-    from redis.exceptions import RedisClusterException
-
-    from . import connection
-
     try:
         policies = _policies(connection.get_client())
     except (redis.ConnectionError, redis.TimeoutError, RedisClusterException):

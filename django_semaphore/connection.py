@@ -2,8 +2,9 @@
 
 One sync client per process (redis-py clients are thread-safe and pool their
 connections), one asyncio client per event loop (asyncio connections belong
-to the loop that opened them).  Both caches are dropped when SEMAPHORE_REDIS
-or CACHES change.
+to the loop that opened them).  Both caches are dropped when a SEMAPHORE_*
+setting or CACHES changes (``setting_changed``), so the next call checks the
+settings again and talks to the server they name.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 import redis
 import redis.asyncio
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -62,6 +65,14 @@ def reset() -> None:
     with _lock:
         _sync_client = None
         _async_clients.clear()
+
+
+@receiver(setting_changed)
+def _reset_on_change(*, setting: str, **kwargs: Any) -> None:
+    # Any SEMAPHORE_* setting, not only SEMAPHORE_REDIS: a client is built only
+    # after conf.check_global() passed, and so it stays true of the current settings.
+    if setting in conf.DEFAULTS or setting == "CACHES":
+        reset()
 
 
 def _url_options(value: dict[str, Any], retry_class: Any = Retry) -> dict[str, Any]:

@@ -21,13 +21,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
-from . import web
-from .guards import run_to_completion
+from .cancellation import run_to_completion
+from .needs import NEEDS_ATTR, Need, needs_of, pending_needs
+from .request_guard import RequestGuard
+from .streaming import closable
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
-    from .conf import KeyFunc
+    from .validation import KeyFunc
 
 V = TypeVar("V", bound=Callable[..., Any])
 
@@ -48,15 +50,15 @@ def _is_async_dispatch(view: Callable[..., Any]) -> bool:
 
 def _guarded(
     view: Callable[..., Any],
-    needs: tuple[web.Need, ...],
+    needs: tuple[Need, ...],
     request: HttpRequest,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    pending = web.pending_needs(request, needs)
+    pending = pending_needs(request, needs)
     if not pending:
         return view(request, *args, **kwargs)
-    guard = web.Guard(request, pending)
+    guard = RequestGuard(request, pending)
     response = guard.enter()
     if response is not None:
         return response
@@ -70,16 +72,16 @@ def _guarded(
 
 async def _aguarded(
     view: Callable[..., Any],
-    needs: tuple[web.Need, ...],
+    needs: tuple[Need, ...],
     request: HttpRequest,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    pending = web.pending_needs(request, needs)
+    pending = pending_needs(request, needs)
     if not pending:
         response = view(request, *args, **kwargs)
         return (await response) if inspect.isawaitable(response) else response
-    guard = web.Guard(request, pending)
+    guard = RequestGuard(request, pending)
     response = await guard.aenter()
     if response is not None:
         return response
@@ -92,7 +94,7 @@ async def _aguarded(
         # away): release now, even if the task is cancelled again meanwhile.
         await run_to_completion(guard.arelease())
         raise
-    if not hasattr(response, "_resource_closers"):  # not an HttpResponse: Django refuses it
+    if not closable(response):  # not an HttpResponse: Django refuses it
         await guard.arelease()
         return response
     return guard.hold_until_closed(response)
@@ -118,10 +120,10 @@ def semaphore(name: str, *, key: str | KeyFunc | None = None, wait: float | None
     ``@semaphore`` decorators, and the middleware, take all their semaphores
     together, all or none.
     """
-    need = web.Need(name, key, wait)
+    need = Need(name, key, wait)
 
     def decorator(view: V) -> V:
-        needs = (need, *web.needs_of(view))
+        needs = (need, *needs_of(view))
 
         if iscoroutinefunction(view):
 
@@ -137,7 +139,7 @@ def semaphore(name: str, *, key: str | KeyFunc | None = None, wait: float | None
                 return _guarded(view, needs, request, args, kwargs)
 
         functools.update_wrapper(wrapper, view)
-        setattr(wrapper, web.NEEDS_ATTR, needs)
+        setattr(wrapper, NEEDS_ATTR, needs)
         return wrapper  # type: ignore[return-value]
 
     return decorator

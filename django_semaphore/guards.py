@@ -1,4 +1,4 @@
-"""Semaphores as decorators on plain functions and tasks, sync or async.
+"""The function guard: semaphores as decorators on plain functions and tasks, sync or async.
 
 A :class:`~django_semaphore.core.Semaphore` is itself a decorator: each call
 of the decorated function holds one slot for the whole run::
@@ -21,26 +21,29 @@ WAIT), then raises :class:`~django_semaphore.SemaphoreFull` with
 (:mod:`django_semaphore.refresh`) renews the lease, so a run may outlast
 TIMEOUT; TIMEOUT then only bounds how long a crashed process keeps its slot.
 The running function finds its lease with :func:`current_lease`.
+
+(A guarded *view* is the web layer's: :mod:`django_semaphore.request_guard`.)
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import functools
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from . import refresh as watchdog
+from .cancellation import run_to_completion
 from .exceptions import SemaphoreBackendError, SemaphoreFull
 
 if TYPE_CHECKING:
-    from .core import Lease, Semaphore
+    from .core import Semaphore
+    from .lease import Lease
 
-__all__ = ["Guard", "KeyFunction", "current_lease", "run_to_completion"]
+__all__ = ["FunctionGuard", "KeyFunction", "current_lease"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,24 +56,6 @@ KeyFunction = Callable[..., "str | None"]
 _held: contextvars.ContextVar[Mapping[str, Lease] | None] = contextvars.ContextVar(
     "django_semaphore_held", default=None
 )
-
-
-# Strong references to give-backs still running after their caller was cancelled
-# (the event loop keeps only weak references to tasks).
-_finishing: set[asyncio.Future[Any]] = set()
-
-
-async def run_to_completion(coro: Coroutine[Any, Any, Any]) -> None:
-    """Await ``coro`` (a give-back) so that cancelling the caller cannot cut it short.
-
-    The caller is usually being cancelled already (a CancelledError is on its
-    way up); if it is cancelled again while this runs, CancelledError is
-    raised here at once and ``coro`` still runs to its end in its own task.
-    """
-    task = asyncio.ensure_future(coro)
-    _finishing.add(task)
-    task.add_done_callback(_finishing.discard)
-    await asyncio.shield(task)
 
 
 def current_lease(name: str | None = None) -> Lease | None:
@@ -97,7 +82,7 @@ def _in_context(lease: Lease) -> Iterator[None]:
         _held.reset(token)
 
 
-class Guard:
+class FunctionGuard:
     """Hold a slot of ``semaphore`` for every call of the decorated function.
 
     Made by :meth:`Semaphore.guard <django_semaphore.core.Semaphore.guard>`
@@ -141,7 +126,7 @@ class Guard:
         self.refresh = refresh
 
     def __repr__(self) -> str:
-        return f"<Guard {self.semaphore.name!r} key={self.key!r} wait={self.wait!r}>"
+        return f"<FunctionGuard {self.semaphore.name!r} key={self.key!r} wait={self.wait!r}>"
 
     def partition(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
         """The partition value for one call with ``args`` and ``kwargs``."""

@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 
 _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+# A partition's key hash: "_" (unpartitioned) or a key digest.  Matched with
+# fullmatch: "$" would also match before a trailing newline ("_\n").
+_KEY_HASH = re.compile(r"_|[0-9a-f]{20}")
 
 SLUG_LENGTH = 40
 NAME_DIGEST_SIZE = 8  # bytes -> 16 hex characters
@@ -95,6 +98,21 @@ class PartitionKeys:
             return _build_cached(prefix, name, key)
         return cls(_base(prefix, name, key))
 
+    @classmethod
+    def for_hash(cls, prefix: str, name: str, key_hash: str) -> PartitionKeys:
+        """The keys of semaphore ``name``'s partition whose key hash is ``key_hash``
+        (as :attr:`key_digest` gives it, e.g. from a form); ValueError if malformed."""
+        if not isinstance(key_hash, str) or not _KEY_HASH.fullmatch(key_hash):
+            raise ValueError(f"{key_hash!r} is not a partition hash.")
+        return cls(f"{prefix}:{slug(name)}:{{{name_hash(name)}.{key_hash}}}:")
+
+    @classmethod
+    def from_timeouts_key(cls, key: str | bytes) -> PartitionKeys:
+        """The keys of the partition whose timeout ZSET is ``key`` (found by SCAN)."""
+        if isinstance(key, bytes):
+            key = key.decode("utf-8", "surrogateescape")
+        return cls(key[: -len(TIMEOUTS)])
+
     @property
     def timeouts(self) -> str:
         return self.base + TIMEOUTS
@@ -120,12 +138,29 @@ class PartitionKeys:
         return self.base + LOCK
 
     def wake(self, identifier: str) -> str:
-        return self.base + WAKE + identifier
+        return self.wake_prefix + identifier
 
     @property
     def partition_hash(self) -> str:
         """The ``name.key`` digests inside the hash tag."""
-        return self.base[self.base.index("{") + 1 : self.base.index("}")]
+        return self.base[self.base.rindex("{") + 1 : self.base.rindex("}")]
+
+    @property
+    def name_digest(self) -> str:
+        """The semaphore name's digest (:func:`name_hash`)."""
+        return self.partition_hash.split(".", 1)[0]
+
+    @property
+    def key_digest(self) -> str:
+        """The partition value's digest (:func:`key_hash`): ``_`` for the unpartitioned semaphore."""
+        return self.partition_hash.split(".", 1)[1]
+
+    @property
+    def slug(self) -> str:
+        """The readable slug of the semaphore name (all that is left of a name
+        no longer configured)."""
+        # "<prefix>:<slug>:{<digests>}:": a slug holds no ":" and no "{".
+        return self.base[: self.base.rindex(":{")].rsplit(":", 1)[1]
 
 
 def _base(prefix: str, name: str, key: object) -> str:
@@ -142,10 +177,3 @@ def timeouts_pattern(prefix: str, name: str | None = None) -> str:
     if name is None:
         return f"{glob_escape(prefix)}:*:{{*}}:{TIMEOUTS}"
     return f"{glob_escape(prefix)}:{glob_escape(slug(name))}:{{{name_hash(name)}.*}}:{TIMEOUTS}"
-
-
-def partition_keys_from_timeouts(key: str | bytes) -> PartitionKeys:
-    """PartitionKeys for a timeout ZSET key found by SCAN."""
-    if isinstance(key, bytes):
-        key = key.decode("utf-8", "surrogateescape")
-    return PartitionKeys(key[: -len(TIMEOUTS)])

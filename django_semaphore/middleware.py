@@ -28,13 +28,18 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import ResolverMatch
 
-from . import conf, web
-from .guards import run_to_completion
+from . import conf
+from .cancellation import run_to_completion
+from .needs import Need, needs_of, pending_needs
+from .request_guard import RequestGuard
+
+#: The attribute a request keeps the middleware's RequestGuard in.
+GUARD_ATTR = "_semaphore_middleware_guard"
 
 
-def matching_needs(request: HttpRequest, resolver_match: ResolverMatch | None) -> list[web.Need]:
-    """The :class:`~django_semaphore.web.Need` of every semaphore whose rules match ``request``."""
-    needs: list[web.Need] = []
+def matching_needs(request: HttpRequest, resolver_match: ResolverMatch | None) -> list[Need]:
+    """The :class:`~django_semaphore.needs.Need` of every semaphore whose rules match ``request``."""
+    needs: list[Need] = []
     url_name = getattr(resolver_match, "view_name", None)
     method = request.method
     for name in conf.names():
@@ -46,7 +51,7 @@ def matching_needs(request: HttpRequest, resolver_match: ResolverMatch | None) -
         if (url_name is not None and url_name in config.url_names) or any(
             pattern.search(request.path_info) for pattern in config.paths
         ):
-            needs.append(web.Need(name))
+            needs.append(Need(name))
     return needs
 
 
@@ -89,11 +94,11 @@ class SemaphoreMiddleware:
             raise
         return self._finish(request, response)
 
-    def _needs(self, request: HttpRequest, view_func: Callable[..., Any]) -> list[web.Need]:
+    def _needs(self, request: HttpRequest, view_func: Callable[..., Any]) -> list[Need]:
         needs = matching_needs(request, getattr(request, "resolver_match", None))
         if needs:
-            needs.extend(web.needs_of(view_func))  # the decorator's too: all or none
-        return web.pending_needs(request, needs) if needs else []
+            needs.extend(needs_of(view_func))  # the decorator's too: all or none
+        return pending_needs(request, needs) if needs else []
 
     def process_view(
         self,
@@ -106,8 +111,8 @@ class SemaphoreMiddleware:
         needs = self._needs(request, view_func)
         if not needs:
             return None
-        guard = web.Guard(request, needs)
-        request._semaphore_middleware_guard = guard  # type: ignore[attr-defined]
+        guard = RequestGuard(request, needs)
+        setattr(request, GUARD_ATTR, guard)
         return guard.enter()
 
     async def _aprocess_view(
@@ -120,8 +125,8 @@ class SemaphoreMiddleware:
         needs = self._needs(request, view_func)
         if not needs:
             return None
-        guard = web.Guard(request, needs)
-        request._semaphore_middleware_guard = guard  # type: ignore[attr-defined]
+        guard = RequestGuard(request, needs)
+        setattr(request, GUARD_ATTR, guard)
         return await guard.aenter()
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> None:
@@ -129,17 +134,17 @@ class SemaphoreMiddleware:
         self._release(request)
 
     def _release(self, request: HttpRequest) -> None:
-        guard = getattr(request, "_semaphore_middleware_guard", None)
+        guard = getattr(request, GUARD_ATTR, None)
         if guard is not None:
             guard.release()
 
     async def _arelease(self, request: HttpRequest) -> None:
-        guard = getattr(request, "_semaphore_middleware_guard", None)
+        guard = getattr(request, GUARD_ATTR, None)
         if guard is not None:
             await guard.arelease()
 
     def _finish(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
-        guard = getattr(request, "_semaphore_middleware_guard", None)
+        guard = getattr(request, GUARD_ATTR, None)
         if guard is not None and not guard.closed:
             guard.hold_until_closed(response)
         return response

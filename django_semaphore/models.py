@@ -11,7 +11,16 @@ from django.utils.translation import gettext_lazy as _
 
 
 class Semaphore(models.Model):
-    """A configured semaphore, as the admin and its permissions see it."""
+    """A configured semaphore, as the admin and its permissions see it.
+
+    Not :class:`django_semaphore.Semaphore` (the engine's, which acquires
+    slots): this one only gives the admin its entry.  Its name is kept on
+    purpose: a model's name fixes its permission codenames
+    (``django_semaphore.view_semaphore``, ``django_semaphore.change_semaphore``),
+    its content type (which LogEntry history points at) and its admin URLs
+    (``/admin/django_semaphore/semaphore/``), and operators grant those to
+    their groups and link to those pages.
+    """
 
     name = models.CharField(_("name"), max_length=200, primary_key=True)
 

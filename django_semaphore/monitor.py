@@ -2,14 +2,12 @@
 
 Nothing here writes to Redis except :func:`cleanup`, which only runs the
 purge script (expired entries only, never a live holder).  Partitions are
-found with SCAN on every primary (:func:`django_semaphore.connection.scan_iter`),
-never KEYS.
+found by :mod:`~django_semaphore.discovery` (SCAN on every primary, never KEYS).
 """
 
 from __future__ import annotations
 
 import datetime
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,37 +15,17 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from . import conf, connection
-from .algorithms import purge
-from .conf import SemaphoreConfig
-from .core import Holder, Semaphore, _scan, semaphores
-from .keys import (
-    UNPARTITIONED,
-    PartitionKeys,
-    name_hash,
-    partition_keys_from_timeouts,
-    slug,
-    timeouts_pattern,
-)
+from . import conf, connection, discovery, inspection, partitions
+from .algorithms import ALGORITHMS, Algorithm
+from .core import Semaphore, semaphores
+from .discovery import Found
+from .inspection import Holder
+from .keys import UNPARTITIONED, PartitionKeys
 from .scripting import run
+from .validation import SemaphoreConfig
 
 #: How many partitions of one semaphore an overview reads (busiest first).
 MAX_PARTITIONS = 100
-
-# fullmatch: "$" would also match before a trailing newline ("_\n").
-_KEY_HASH = re.compile(r"_|[0-9a-f]{20}")
-
-
-def partition_keys(name: str, key_hash: str) -> PartitionKeys:
-    """PartitionKeys of semaphore ``name``'s partition ``key_hash``; ValueError if malformed."""
-    if not isinstance(key_hash, str) or not _KEY_HASH.fullmatch(key_hash):
-        raise ValueError(f"{key_hash!r} is not a partition hash.")
-    prefix = conf.setting("SEMAPHORE_KEY_PREFIX")
-    return PartitionKeys(f"{prefix}:{slug(name)}:{{{name_hash(name)}.{key_hash}}}:")
-
-
-def _key_hash(keys: PartitionKeys) -> str:
-    return keys.partition_hash.split(".", 1)[1]
 
 
 def describe_key(config: SemaphoreConfig) -> str:
@@ -55,8 +33,6 @@ def describe_key(config: SemaphoreConfig) -> str:
     key = config.key
     if key is None:
         return ""
-    from . import partitions
-
     if key is partitions.by_ip:
         return "per IP"
     if key is partitions.by_user:
@@ -179,7 +155,7 @@ def _label(key_hash: str, holders: Iterable[Holder]) -> str:
 
 def _partition_view(sem: Semaphore, keys: PartitionKeys) -> PartitionView:
     status = sem.status(keys=keys)
-    key_hash = _key_hash(keys)
+    key_hash = keys.key_digest
     return PartitionView(
         sem.name, key_hash, key_hash, status.limit, status.in_use, status.waiting, status.retry_after
     )
@@ -212,10 +188,10 @@ def read_semaphore(
     view.partitioned_by = describe_key(config)
     sem = Semaphore(name)
     if key_hash is not None:
-        found = [partition_keys(name, key_hash)]
+        found = [discovery.partition(name, key_hash)]
     else:
         found = sem.partitions()
-        if config.key is None and not any(_key_hash(k) == UNPARTITIONED for k in found):
+        if config.key is None and not any(k.key_digest == UNPARTITIONED for k in found):
             found.insert(0, sem.partition(None))
     rows = [(_partition_view(sem, keys), keys) for keys in found]
     rows.sort(key=lambda row: (not row[0].unpartitioned, -row[0].in_use, -row[0].waiting, row[0].key_hash))
@@ -239,45 +215,6 @@ def read_all(max_partitions: int = MAX_PARTITIONS, with_holders: bool = False) -
 # -- cleanup ------------------------------------------------------------------
 
 
-@dataclass
-class Found:
-    """The partitions in Redis of one semaphore, configured or not."""
-
-    name: str  # the configured name, or the key slug of an unconfigured one
-    configured: bool
-    partitions: list[PartitionKeys] = field(default_factory=list)
-
-
-def find_partitions(names: Iterable[str] | None = None) -> list[Found]:
-    """Partitions in Redis under SEMAPHORE_KEY_PREFIX, grouped by semaphore.
-
-    ``names``: only those configured semaphores (one SCAN each).  Otherwise
-    every configured semaphore (in settings order, with or without keys)
-    followed by every semaphore found under the prefix that is not (or no
-    longer) configured, named by its key slug.
-    """
-    prefix = conf.setting("SEMAPHORE_KEY_PREFIX")
-    if names is not None:
-        result = []
-        for name in names:
-            found = Found(name, True)
-            for key in _scan(connection.get_client(), timeouts_pattern(prefix, name)):
-                found.partitions.append(partition_keys_from_timeouts(key))
-            result.append(found)
-        return result
-    groups = {name_hash(name): Found(name, True) for name in semaphores}
-    for key in _scan(connection.get_client(), timeouts_pattern(prefix)):
-        keys = partition_keys_from_timeouts(key)
-        digest = keys.partition_hash.split(".", 1)[0]
-        group = groups.get(digest)
-        if group is None:
-            # "<prefix>:<slug>:{...}:": the slug is all that is left of the name.
-            label = keys.base[len(prefix) + 1 : keys.base.index(":{")]
-            group = groups[digest] = Found(label, False)
-        group.partitions.append(keys)
-    return list(groups.values())
-
-
 def cleanup(found: Found, dry_run: bool = False) -> int:
     """Purge (or count, with ``dry_run``) the expired entries of ``found``'s partitions.
 
@@ -287,11 +224,11 @@ def cleanup(found: Found, dry_run: bool = False) -> int:
     SEMAPHORES (or whose entry is invalid) has no known algorithm: its entries
     are removed only once they have ended on both clocks.
     """
-    algorithm: str | None = None
+    algorithm: Algorithm | None = None
     if found.configured:
         try:
-            algorithm = conf.get_config(found.name).algorithm
+            algorithm = ALGORITHMS[conf.get_config(found.name).algorithm]
         except ImproperlyConfigured:
             pass
     client = connection.get_client()
-    return sum(run(client, purge(keys, dry_run, algorithm)) for keys in found.partitions)
+    return sum(run(client, inspection.purge(keys, algorithm, dry_run)) for keys in found.partitions)

@@ -68,7 +68,7 @@ from .keys import PartitionKeys
 from .scripting import Client, Operation, arun, run
 
 if TYPE_CHECKING:
-    from .conf import SemaphoreConfig
+    from .validation import SemaphoreConfig
 
 logger = logging.getLogger("django_semaphore")
 
@@ -87,8 +87,7 @@ def forget(config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> Ope
     its ticket; True if it held a slot."""
     algorithm = ALGORITHMS[config.algorithm]
     held = yield from algorithm.release(keys, config.limit, identifier)
-    if algorithm.queues:
-        yield from algorithm.abandon(keys, config.limit, identifier)
+    yield from algorithm.abandon(keys, config.limit, identifier)  # a no-op without a queue
     return held
 
 
@@ -142,7 +141,6 @@ class Recovery:
         # of its partition while it was being refused (bounded like the tables).
         self._freed_count = 0
         self._freed: collections.OrderedDict[str, int] = collections.OrderedDict()
-        self.answered = 0  # entries finished with Redis's answer (for tests and debugging)
 
     # -- remembering -------------------------------------------------------------
 
@@ -357,7 +355,6 @@ class Recovery:
                 except Exception:  # not Redis failing: retrying would fail the same way
                     logger.exception("Could not retry a request on keys %s; dropped", entry.keys.base)
                     continue
-                self.answered += 1
                 done["releases" if entry.is_release else "acquires"] += 1
                 done["slots"] += held
                 self._finished(entry, held)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from .exceptions import SemaphoreBackendError
 
 if TYPE_CHECKING:
-    from .core import Lease
+    from .lease import Lease
 
 logger = logging.getLogger("django_semaphore")
 
@@ -40,7 +40,7 @@ COMPACT_SLACK = 64  # stopped watches tolerated in the schedule beyond as many a
 
 def interval(lease: Lease) -> float:
     """Seconds between two renewals of ``lease``: a third of its TIMEOUT."""
-    return max(0.05, lease._config.timeout / 3.0)
+    return max(0.05, lease.config.timeout / 3.0)
 
 
 def _log_lost(lease: Lease) -> None:

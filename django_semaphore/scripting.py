@@ -111,13 +111,18 @@ def _as_script(pipe: Pipe) -> Script:
     return Script(_MULTI, tuple(dict.fromkeys(keys)), tuple(args))
 
 
-def _backend_error(client: Client, exc: BaseException) -> SemaphoreBackendError:
-    """The SemaphoreBackendError for a Redis failure; sends ``backend_failed``."""
+def backend_error(client: Client, exc: BaseException) -> SemaphoreBackendError:
+    """The SemaphoreBackendError for a Redis failure ``exc``; sends ``backend_failed``.
+
+    Every Redis call of the app fails through here (the drivers below, and
+    partition discovery's SCAN), so the signal is sent once per failure.  Its
+    sender is :class:`~django_semaphore.SemaphoreBackendError`: the failure is
+    seen below any one semaphore, and the driver must not depend on the
+    engine above it.
+    """
     server = server_name(client)
     error = SemaphoreBackendError(f"Redis at {server} failed: {type(exc).__name__}: {exc}", server=server)
-    from .core import Semaphore  # core imports this module
-
-    signals.backend_failed.send_robust(sender=Semaphore, error=error, server=server)
+    signals.backend_failed.send_robust(sender=SemaphoreBackendError, error=error, server=server)
     return error
 
 
@@ -176,7 +181,7 @@ def run(client: Client, operation: Operation[T]) -> T:
         result: T = done.value
         return result
     except RedisError as exc:
-        raise _backend_error(client, exc) from exc
+        raise backend_error(client, exc) from exc
 
 
 def _cancel_counter() -> Callable[[], int]:
@@ -212,4 +217,4 @@ async def arun(client: Client, operation: Operation[T]) -> T:
     except (RedisError, OSError) as exc:  # asyncio connections can raise OSError unwrapped
         if cancelling() > before:
             raise asyncio.CancelledError from exc
-        raise _backend_error(client, exc) from exc
+        raise backend_error(client, exc) from exc

@@ -1,6 +1,6 @@
 """Signals sent by django-semaphore.
 
-Every signal is sent with ``sender=Semaphore`` and the keyword ``semaphore``
+The first four are sent with ``sender=Semaphore`` and the keyword ``semaphore``
 (the :class:`~django_semaphore.core.Semaphore`), plus:
 
 * ``acquired``: ``lease``, ``waited`` (seconds spent queueing);
@@ -12,8 +12,9 @@ Every signal is sent with ``sender=Semaphore`` and the keyword ``semaphore``
   about to be raised) and ``server`` (``host:port``, socket path or cluster
   nodes) — Redis failed or was unreachable.  Sent by the Redis driver for
   every operation (web, tasks, admin, commands), below any one semaphore, so
-  it has no ``semaphore`` keyword; sent with ``send_robust``, so a failing
-  receiver never hides the error.
+  its sender is :class:`~django_semaphore.SemaphoreBackendError` (not
+  Semaphore) and it has no ``semaphore`` keyword; sent with ``send_robust``,
+  so a failing receiver never hides the error.
 """
 
 from django.dispatch import Signal

@@ -29,12 +29,11 @@ Algorithms without a queue (the Redis in Action variants) wait by polling.
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from .algorithms import Granted, Outcome, Refused
+from .algorithms import Algorithm, Granted, Outcome, Refused
 from .connection import socket_timeout
 from .keys import PartitionKeys
-from .scripting import Client, Command, Operation, Sleep, arun, run
+from .scripting import Client, Command, Operation, Sleep
 
 HEARTBEAT = 1.0  # seconds: longest BLPOP before a waiter renews its ticket
 NEAR_HEARTBEAT = 0.5  # seconds: the same for the waiters next in line
@@ -57,7 +56,7 @@ def _block_for(client: Client, remaining: float, outcome: Refused, limit: int) -
 
 
 def wait_ops(
-    algorithm: Any,
+    algorithm: Algorithm,
     keys: PartitionKeys,
     limit: int,
     timeout_ms: int,
@@ -66,18 +65,16 @@ def wait_ops(
     wait: float,
     client: Client,
 ) -> Operation[Outcome]:
-    """One waiting acquire as a generator of requests; returns the last outcome."""
-
+    """One acquire that may wait ``wait`` seconds, as a generator of requests;
+    returns the last outcome.  ``client`` is the one the operation runs on
+    (its read timeout caps a blocking wait)."""
     deadline = time.monotonic() + wait
     ticket_ms = TICKET_MS if algorithm.queues else 0
     ticket = ""  # our place in the queue, once we have one
     while True:
-        if algorithm.queues:
-            outcome: Outcome = yield from algorithm.acquire(
-                keys, limit, timeout_ms, identifier, meta_json, ticket_ms, ticket
-            )
-        else:
-            outcome = yield from algorithm.acquire(keys, limit, timeout_ms, identifier, meta_json)
+        outcome = yield from algorithm.acquire(
+            keys, limit, timeout_ms, identifier, meta_json, ticket_ms, ticket
+        )
         if isinstance(outcome, Granted):
             return outcome
         ticket = outcome.ticket or ticket
@@ -89,14 +86,5 @@ def wait_ops(
             yield Command(("BLPOP", keys.wake(identifier), timeout))
         else:
             yield Sleep(max(MIN_BLOCK, min(remaining, POLL, outcome.retry_after_ms / 1000.0)))
-    if algorithm.queues:
-        yield from algorithm.abandon(keys, limit, identifier)
+    yield from algorithm.abandon(keys, limit, identifier)  # a no-op without a queue
     return outcome
-
-
-def wait_sync(client: Client, *args: Any) -> Outcome:
-    return run(client, wait_ops(*args, client))  # type: ignore[call-arg]
-
-
-async def wait_async(client: Client, *args: Any) -> Outcome:
-    return await arun(client, wait_ops(*args, client))  # type: ignore[call-arg]

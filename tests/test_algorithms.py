@@ -216,7 +216,7 @@ def test_a_refresh_never_reports_success_for_a_slot_lost_between_its_round_trips
             other["lease"] = sem.acquire()
             other["at"] = client_ms()
 
-    op = ALGORITHMS[algorithm].refresh(lease._keys, sem.config.timeout_ms, lease.identifier)
+    op = ALGORITHMS[algorithm].refresh(lease.keys, sem.config.timeout_ms, lease.identifier)
     result, trips = drive(client, op, before_next=meanwhile)
     taken = other["lease"] is not None
     with capsys.disabled():
@@ -241,7 +241,7 @@ def test_a_refresh_of_an_expired_lease_does_not_revive_it(raw_redis, algorithm):
     lease = sem.acquire()
     wait_until(lambda: client_ms() > lease.expires_ms + 5, message="lease expired")
     assert lease.refresh() is False
-    keys = lease._keys
+    keys = lease.keys
     assert raw_redis.zscore(keys.timeouts, lease.identifier) is None
     assert raw_redis.zscore(keys.owners, lease.identifier) is None
     assert raw_redis.hget(keys.holds, lease.identifier) is None
@@ -256,7 +256,7 @@ def test_expired_entries_leave_no_records_behind(raw_redis, algorithm):
     crashed = [sem.acquire(), sem.acquire()]
     wait_until(lambda: client_ms() > max(c.expires_ms for c in crashed) + 5, message="leases expired")
     fresh = Semaphore("records", limit=3, timeout=20, algorithm=algorithm).acquire()
-    keys = fresh._keys
+    keys = fresh.keys
     assert [m.decode() for m in raw_redis.zrange(keys.owners, 0, -1)] == [fresh.identifier]
     assert sorted(f.decode() for f in raw_redis.hkeys(keys.holds)) == sorted(["#", fresh.identifier])
 
@@ -272,3 +272,28 @@ def test_fair_ranks_only_live_owners(raw_redis, algorithm):
     assert lease is not None
     assert sem.acquire() is None
     assert [h.identifier for h in sem.holders()] == [lease.identifier]
+
+
+# -- the registry and the Algorithm Protocol -------------------------------------------------
+
+
+def test_the_registry_holds_every_algorithm_the_settings_accept():
+    from django_semaphore.validation import ALGORITHM_NAMES
+
+    assert sorted(ALGORITHMS) == sorted(ALGORITHM_NAMES)
+    assert all(algorithm.name == name for name, algorithm in ALGORITHMS.items())
+    assert [name for name, algorithm in ALGORITHMS.items() if algorithm.queues] == ["lua"]
+
+
+@pytest.mark.parametrize("algorithm", SEEDS)
+def test_a_seed_abandon_is_an_operation_that_sends_nothing(algorithm):
+    keys = Semaphore("abandon", limit=1, algorithm=algorithm).partition()
+    assert drive(connection.get_client(), ALGORITHMS[algorithm].abandon(keys, 1, "waiter")) == (None, 0)
+
+
+@pytest.mark.parametrize("algorithm", SEEDS)
+def test_seeds_judge_their_entries_by_the_client_clock(algorithm):
+    before = client_ms()
+    now = float(ALGORITHMS[algorithm].clock())
+    assert before <= now <= client_ms()
+    assert ALGORITHMS["lua"].clock() == ""  # the server's TIME

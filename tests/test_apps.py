@@ -147,7 +147,7 @@ def test_ready_lists_every_error_with_entry_id_message_and_hint(settings):
 def test_warnings_do_not_stop_the_app(settings):
     settings.SEMAPHORES = {**WEB_SEMAPHORES, "old": {"LIMIT": 2, "ALGORITHM": "basic"}}  # W001
     apps.get_app_config("django_semaphore").ready()
-    assert [p.id for p in conf.all_problems()] == ["django_semaphore.W001"]
+    assert [p.id for p in conf.validated().all_problems()] == ["django_semaphore.W001"]
 
 
 def test_silenced_checks_do_not_stop_the_app(settings):
@@ -157,4 +157,4 @@ def test_silenced_checks_do_not_stop_the_app(settings):
 
 
 def test_test_settings_pass():
-    assert conf.boot_errors() == []
+    assert conf.validated().boot_errors() == []

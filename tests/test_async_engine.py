@@ -7,7 +7,8 @@ import os
 import pytest
 
 from django_semaphore import Semaphore, SemaphoreFull, semaphores
-from django_semaphore.core import Holder, Lease
+from django_semaphore.inspection import Holder
+from django_semaphore.lease import Lease
 
 ALGORITHMS = ["lua", "fair_locked", "fair", "basic"]
 
@@ -163,3 +164,65 @@ async def test_a_cancelled_waiter_does_not_hold_up_the_queue():
     assert await asyncio.to_thread(lambda: sem.status().waiting) == 0
     assert await holder.arelease() is True
     assert await sem.aacquire() is not None
+
+
+# -- the twins: every Semaphore method that talks to Redis has an ``a`` twin ------------
+
+
+def _figures(status):
+    """A PartitionStatus without retry_after (it counts down between two reads)."""
+    return (status.key_hash, status.limit, status.in_use, status.waiting)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_every_twin_gives_the_sync_answer(algorithm):
+    sem = Semaphore("twins", limit=2, timeout=30, algorithm=algorithm)
+    short = Semaphore("twins", limit=2, timeout=0.2, algorithm=algorithm)  # the same keys
+    first = await sem.aacquire(key="k1", meta={"n": 1})
+    await sem.aacquire(key="k1", meta={"n": 2})
+    await sem.aacquire(key="k2")
+    assert short.acquire() is not None  # unpartitioned, expiring at once: for purge to find
+
+    async def expired():
+        return await sem.aavailable() == 2
+
+    await until(expired, message="the short lease's expiry")
+
+    partitions = sem.partitions()
+    apartitions = await sem.apartitions()
+    assert sorted(k.base for k in apartitions) == sorted(k.base for k in partitions)
+    assert {k.base for k in partitions} == {sem.partition(k).base for k in ("k1", "k2", None)}
+    for keys in partitions:
+        assert await sem.aholders(keys=keys) == sem.holders(keys=keys)
+        async_status, sync_status = await sem.astatus(keys=keys), sem.status(keys=keys)
+        assert _figures(async_status) == _figures(sync_status)
+        assert abs(async_status.retry_after - sync_status.retry_after) <= 1
+    assert (
+        _figures(await sem.astatus("k1"))
+        == _figures(sem.status("k1"))
+        == (
+            sem.partition("k1").key_digest,
+            2,
+            2,
+            0,
+        )
+    )
+    assert await sem.aavailable("k1") == sem.available("k1") == 0
+    assert await sem.aavailable("k2") == sem.available("k2") == 1
+    assert await sem.apurge_expired(dry_run=True) == sem.purge_expired(dry_run=True) == 1
+
+    keys = sem.partition("k1")
+    assert await sem.aforce_release(first.identifier, "k1") is True
+    assert await sem.aforce_release(first.identifier, keys=keys) is False
+    assert sem.force_release(first.identifier, "k1") is False
+    assert [h.meta["n"] for h in await sem.aholders("k1")] == [h.meta["n"] for h in sem.holders("k1")] == [2]
+    assert await first.arelease() is False  # force-released: the lease finds its slot gone
+    assert await sem.apurge_expired() == 1 and sem.purge_expired() == 0
+
+
+@pytest.mark.asyncio
+async def test_apartitions_of_a_semaphore_without_keys():
+    sem = Semaphore("twins-empty", limit=1)
+    assert await sem.apartitions() == sem.partitions() == []
+    assert await sem.apurge_expired() == sem.purge_expired() == 0

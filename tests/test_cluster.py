@@ -12,7 +12,8 @@ import pytest
 from redis.cluster import key_slot
 
 from django_semaphore import Semaphore, connection
-from django_semaphore.algorithms import ALGORITHMS, holders, purge, status
+from django_semaphore.algorithms import ALGORITHMS
+from django_semaphore.inspection import holders, purge, status
 from django_semaphore.scripting import Command, Pipe, Script, execute
 
 ALL = list(ALGORITHMS)
@@ -115,9 +116,9 @@ def test_semaphores_spread_across_primaries(cluster_client, backend):
     leases = [Semaphore(f"spread-{i}", limit=1, timeout=5).acquire() for i in range(60)]
     assert all(leases)
     for lease in leases:
-        node = cluster_client.get_node_from_key(lease._keys.timeouts)
-        assert node.redis_connection.exists(*lease._keys.main[:3]) == 3
-    used = {cluster_client.get_node_from_key(lease._keys.timeouts).port for lease in leases}
+        node = cluster_client.get_node_from_key(lease.keys.timeouts)
+        assert node.redis_connection.exists(*lease.keys.main[:3]) == 3
+    used = {cluster_client.get_node_from_key(lease.keys.timeouts).port for lease in leases}
     assert used == {node.port for node in cluster_client.get_primaries()}
 
 
@@ -157,9 +158,9 @@ def test_every_request_stays_in_one_slot(backend, algorithm):
     first = _drive(client, alg.acquire(keys, 1, 5000, "id-1", "{}"), seen)
     _drive(client, alg.acquire(keys, 1, 5000, "id-2", "{}"), seen)
     _drive(client, alg.refresh(keys, 5000, "id-1"), seen)
-    _drive(client, holders(keys), seen)
-    _drive(client, status(keys), seen)
-    _drive(client, purge(keys), seen)
+    _drive(client, holders(keys, alg), seen)
+    _drive(client, status(keys, alg, 1, 5), seen)
+    _drive(client, purge(keys, alg), seen)
     _drive(client, alg.release(keys, 1, "id-1"), seen)
     assert first.token > 0
     slots = set().union(*seen)

@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 
-from django_semaphore import conf
+from django_semaphore import conf, validation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.rst")
@@ -138,8 +138,8 @@ def test_settings_reference_lists_every_setting_with_its_default():
     # Split at every section title (a line underlined with - or =): title -> body.
     parts = re.split(r"^(\S[^\n]*)\n[-=]{3,}\n", text, flags=re.M)
     sections = {title.strip("`"): body for title, body in zip(parts[1::2], parts[2::2], strict=True)}
-    settings = {**conf.DEFAULTS, **conf.ENTRY_DEFAULTS}
-    for name in sorted(set(settings) | set(conf.ENTRY_OPTIONS)):
+    settings = {**conf.DEFAULTS, **validation.ENTRY_DEFAULTS}
+    for name in sorted(set(settings) | set(validation.ENTRY_OPTIONS)):
         assert name in sections, f"docs/settings.rst has no section for {name}"
         if name in settings:
             expected = f"Default: ``{_documented_default(settings[name])}``."

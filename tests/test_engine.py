@@ -9,7 +9,8 @@ import time
 import pytest
 
 from django_semaphore import Semaphore, SemaphoreFull, semaphores, signals
-from django_semaphore.core import Holder, Lease
+from django_semaphore.inspection import Holder
+from django_semaphore.lease import Lease
 
 from .helpers import wait_until
 

@@ -20,10 +20,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_semaphore import Semaphore, SemaphoreBackendError, connection, signals
-from django_semaphore.algorithms import ALGORITHMS, Granted, Lua
+from django_semaphore.algorithms import ALGORITHMS, Granted
 from django_semaphore.scripting import execute, run
 
 from .helpers import wait_until
+
+LUA = ALGORITHMS["lua"]
 
 
 @pytest.fixture
@@ -223,16 +225,16 @@ def test_client_pause_manual_retry_same_identifier(own_redis):
     sem = Semaphore("paused-manual", limit=2, timeout=30)
     keys = sem.partition()
     client = connection.get_client()
-    run(client, Lua.acquire(keys, 2, 30000, "warm", "{}"))  # load the script
-    run(client, Lua.release(keys, 2, "warm"))
+    run(client, LUA.acquire(keys, 2, 30000, "warm", "{}"))  # load the script
+    run(client, LUA.release(keys, 2, "warm"))
     impatient = redis.Redis(port=own_redis.port, socket_timeout=0.2, retry=Retry(NoBackoff(), 0))
     admin = redis.Redis(port=own_redis.port)
     admin.execute_command("CLIENT", "PAUSE", 600, "WRITE")
     with pytest.raises(SemaphoreBackendError):
-        run(impatient, Lua.acquire(keys, 2, 30000, "retried", "{}"))
+        run(impatient, LUA.acquire(keys, 2, 30000, "retried", "{}"))
     # The first attempt is still queued in Redis; the retry waits behind it.
-    second = run(client, Lua.acquire(keys, 2, 30000, "retried", "{}"))
-    third = run(client, Lua.acquire(keys, 2, 30000, "retried", "{}"))
+    second = run(client, LUA.acquire(keys, 2, 30000, "retried", "{}"))
+    third = run(client, LUA.acquire(keys, 2, 30000, "retried", "{}"))
     assert isinstance(second, Granted) and second == third
     assert [h.identifier for h in sem.holders()] == ["retried"]
     assert sem.available() == 1
@@ -369,14 +371,14 @@ def test_forked_child_neither_renews_nor_releases(raw_redis):
             os._exit(0)
     handle.stop()  # the parent stops renewing: only the child could renew now
     os.close(write_end)
-    expires = float(raw_redis.zscore(lease._keys.timeouts, lease.identifier))
+    expires = float(raw_redis.zscore(lease.keys.timeouts, lease.identifier))
     with os.fdopen(read_end) as pipe:
         report = json.loads(pipe.read())
     os.waitpid(pid, 0)
     assert report == {"watches": 0, "refresh": False, "release": False, "watches_later": 0}
     # Not renewed by the child (its expiry has not moved) and not released by it:
     # it is still the holder until it expires, then the slot is free.
-    score = raw_redis.zscore(lease._keys.timeouts, lease.identifier)
+    score = raw_redis.zscore(lease.keys.timeouts, lease.identifier)
     assert score is None or float(score) == expires
     assert lease.lost is False and lease.released is False
     wait_until(lambda: sem.available() == 1, timeout=5, message="the lease expiring")

@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 import pytest
 from django.template import Context, Template
 
-from django_semaphore import Semaphore, SemaphoreFull, guards, semaphores
-from django_semaphore.guards import Guard, current_lease
+from django_semaphore import Semaphore, SemaphoreFull, cancellation, semaphores
+from django_semaphore.guards import FunctionGuard, current_lease
 
 
 def wait_for(predicate, timeout=10.0, message="condition"):
@@ -58,7 +58,7 @@ def test_semaphore_is_a_decorator_holding_a_slot_per_call(crawler):
         return x * 2
 
     assert work(21) == 42
-    assert work.__name__ == "work" and isinstance(work.guard, Guard)
+    assert work.__name__ == "work" and isinstance(work.guard, FunctionGuard)
     lease = seen["lease"]
     assert lease.name == "crawler" and lease.released and not lease.lost
     [holder] = seen["holders"]
@@ -334,7 +334,7 @@ async def test_run_to_completion_finishes_even_if_the_caller_is_cancelled_again(
         try:
             await asyncio.sleep(60)
         except asyncio.CancelledError:
-            await guards.run_to_completion(give_back())
+            await cancellation.run_to_completion(give_back())
             raise
 
     task = asyncio.create_task(caller())
@@ -351,7 +351,7 @@ async def test_run_to_completion_finishes_even_if_the_caller_is_cancelled_again(
         return finished == [True]
 
     await _poll(done, message="the give-back finished")
-    assert not guards._finishing  # and nothing is kept once done
+    assert not cancellation._finishing  # and nothing is kept once done
 
 
 @pytest.mark.asyncio
@@ -369,10 +369,10 @@ async def test_a_cancelled_async_function_releases_its_slot_even_if_cancelled_ag
     assert await sem.aavailable() == 0
     task.cancel()
     for _ in range(10_000):  # until the release is under way (a few loop turns)
-        if guards._finishing:
+        if cancellation._finishing:
             break
         await asyncio.sleep(0)
-    assert guards._finishing
+    assert cancellation._finishing
     task.cancel()  # cancelled again while releasing
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -8,10 +8,12 @@ import redis
 from redis.cluster import key_slot
 
 from django_semaphore import Semaphore, connection
-from django_semaphore.algorithms import Lua
-from django_semaphore.core import _meta_json
+from django_semaphore.algorithms import ALGORITHMS
+from django_semaphore.core import meta_json
 
 from .helpers import wait_until
+
+LUA = ALGORITHMS["lua"]
 
 HOSTILE_KEYS = [
     "{" * 50_000 + "}" * 50_000,  # 100 kB of braces
@@ -38,7 +40,7 @@ def test_hostile_partition_keys(backend, backend_redis, key_prefix, index):
     assert len(holders[0].meta["key"]) <= 64
     keys = [k for k in connection.scan_iter(backend_redis, key_prefix + ":*")]
     assert keys and all(len(k) <= 300 for k in keys)
-    assert len({key_slot(k) for k in keys if lease._keys.partition_hash.encode() in k}) == 1
+    assert len({key_slot(k) for k in keys if lease.keys.partition_hash.encode() in k}) == 1
     assert lease.refresh() is True
     assert lease.release() is True
     assert sem.available(key=key) == 1
@@ -50,7 +52,7 @@ def test_hostile_names_do_not_share_keys():
     c = Semaphore("x}{", limit=1, timeout=10)
     leases = [s.acquire() for s in (a, b, c)]
     assert all(leases)
-    bases = {lease._keys.base for lease in leases}
+    bases = {lease.keys.base for lease in leases}
     assert len(bases) == 3
     for sem, lease in zip((a, b, c), leases, strict=True):
         assert [h.identifier for h in sem.holders()] == [lease.identifier]
@@ -63,7 +65,7 @@ def test_meta_with_hostile_values_round_trips():
     holder = sem.holders(key="k:1:2")[0]
     assert {k: holder.meta[k] for k in meta} == meta
     assert holder.token == lease.token
-    assert _meta_json(None, None)  # the cached process meta is valid JSON text
+    assert meta_json(None, None)  # the cached process meta is valid JSON text
 
 
 # -- a counter near 2^53 --------------------------------------------------------------
@@ -112,7 +114,7 @@ def test_abandoned_partitions_leave_nothing_behind(own_redis, settings):
             address = f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}"
             keys = sem.partition(address)
             request = next(
-                Lua.acquire(keys, config.limit, config.timeout_ms, f"id{i}", _meta_json(None, address))
+                LUA.acquire(keys, config.limit, config.timeout_ms, f"id{i}", meta_json(None, address))
             )
             pipe.evalsha(request.script.sha, len(request.keys), *request.keys, *request.args)
             if len(pipe) == 2000:

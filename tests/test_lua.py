@@ -19,13 +19,16 @@ import pytest
 import redis
 
 from django_semaphore import Semaphore, SemaphoreFull, connection, semaphores
-from django_semaphore.algorithms import Granted, Lua, Refused, holders, purge, status
+from django_semaphore.algorithms import ALGORITHMS, Granted, Refused
+from django_semaphore.inspection import holders, purge, status
 from django_semaphore.keys import glob_escape
 from django_semaphore.scripting import Script, execute, run
 from django_semaphore.waiting import TICKET_MS
 from tests.settings_web import WEB_SEMAPHORES
 
 from .helpers import wait_until
+
+LUA = ALGORITHMS["lua"]
 
 LONG = 30  # seconds: the long-TIMEOUT process
 SHORT = 0.5  # seconds: the short-TIMEOUT process
@@ -79,10 +82,10 @@ def test_a_short_timeout_waiter_never_shortens_the_queue_ttl(raw_redis):
     assert long_sem.acquire() is not None
     # A long-TIMEOUT waiter takes a ticket (one acquire, not a waiting loop),
     # then a short-TIMEOUT one.
-    run(client, Lua.acquire(keys, 1, LONG * 1000, "long-waiter", "{}", TICKET_MS))
+    run(client, LUA.acquire(keys, 1, LONG * 1000, "long-waiter", "{}", TICKET_MS))
     before = _pttls(raw_redis, [keys.queue, keys.queue_deadlines])
     started = time.monotonic()
-    run(client, Lua.acquire(keys, 1, int(SHORT * 1000), "short-waiter", "{}", TICKET_MS))
+    run(client, LUA.acquire(keys, 1, int(SHORT * 1000), "short-waiter", "{}", TICKET_MS))
     after = _pttls(raw_redis, [keys.queue, keys.queue_deadlines])
     print(f"QUEUE TTL before/after a short-TIMEOUT waiter: {before} -> {after}")
     _assert_not_shortened(before, after, (time.monotonic() - started) * 1000)
@@ -114,7 +117,7 @@ def test_a_wake_up_list_lives_as_long_as_the_waiters_lease(raw_redis):
     keys = sem.partition()
     client = connection.get_client()
     holder = sem.acquire()
-    run(client, Lua.acquire(keys, 1, LONG * 1000, "waiter", "{}", TICKET_MS))
+    run(client, LUA.acquire(keys, 1, LONG * 1000, "waiter", "{}", TICKET_MS))
     started = time.monotonic()
     assert holder.release() is True
     pttl = raw_redis.pttl(keys.wake("waiter"))
@@ -180,40 +183,40 @@ def test_every_key_a_script_touches_is_declared(declared, raw_redis):
     # expired), a release that wakes a waiter, a waiter's grant, a refresh,
     # an abandon that passes the slot on, a lost refresh, a dropped waiter
     # coming back to its place, and the readers.
-    h1 = check(Lua.acquire(keys, 2, 30000, "h1", "{}"))
+    h1 = check(LUA.acquire(keys, 2, 30000, "h1", "{}"))
     assert isinstance(h1, Granted)
-    short = check(Lua.acquire(keys, 2, 200, "h2", "{}"))
+    short = check(LUA.acquire(keys, 2, 200, "h2", "{}"))
     assert isinstance(short, Granted)
-    assert isinstance(check(Lua.acquire(keys, 2, 30000, "w1", "{}", TICKET_MS)), Refused)
-    assert isinstance(check(Lua.acquire(keys, 2, 30000, "w2", "{}", TICKET_MS)), Refused)
-    assert isinstance(check(Lua.acquire(keys, 2, 30000, "nowait", "{}")), Refused)
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w1", "{}", TICKET_MS)), Refused)
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w2", "{}", TICKET_MS)), Refused)
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "nowait", "{}")), Refused)
     wait_until(lambda: _server_ms(raw_redis) > short.expires_ms, message="h2 expired")
-    assert isinstance(check(Lua.acquire(keys, 2, 30000, "w2", "{}", TICKET_MS)), Refused)  # wakes w1
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w2", "{}", TICKET_MS)), Refused)  # wakes w1
     assert raw_redis.lrange(keys.wake("w1"), 0, -1) == [b"1"]
-    assert isinstance(check(Lua.acquire(keys, 2, 30000, "w1", "{}", TICKET_MS)), Granted)
-    assert check(Lua.release(keys, 2, "h1", h1.acquired_ms)) is True  # wakes w2
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w1", "{}", TICKET_MS)), Granted)
+    assert check(LUA.release(keys, 2, "h1", h1.acquired_ms)) is True  # wakes w2
     assert raw_redis.lrange(keys.wake("w2"), 0, -1) == [b"1"]
-    assert check(Lua.refresh(keys, 30000, "w1"))
-    check(Lua.abandon(keys, 2, "w2"))
-    assert check(Lua.refresh(keys, 30000, "h2")) is None
-    assert isinstance(check(Lua.acquire(keys, 2, 30000, "h3", "{}")), Granted)
-    w3 = check(Lua.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS))
-    assert isinstance(check(Lua.acquire(keys, 2, 30000, "w4", "{}", TICKET_MS)), Refused)
+    assert check(LUA.refresh(keys, 30000, "w1"))
+    check(LUA.abandon(keys, 2, "w2"))
+    assert check(LUA.refresh(keys, 30000, "h2")) is None
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "h3", "{}")), Granted)
+    w3 = check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS))
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w4", "{}", TICKET_MS)), Refused)
 
     def drop_w3():  # as when its claim window ends with it stalled
         raw_redis.zrem(keys.queue, "w3")
         raw_redis.zrem(keys.queue_deadlines, "w3")
 
     drop_w3()
-    back = check(Lua.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket))
+    back = check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket))
     assert isinstance(back, Refused) and back.ahead == 0
     assert raw_redis.zrange(keys.queue, 0, -1) == [b"w3", b"w4"]
     drop_w3()
-    assert check(Lua.release(keys, 2, "h3")) is True  # wakes w4, the only one queued
-    assert isinstance(check(Lua.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket)), Granted)
-    check(status(keys))
-    check(holders(keys))
-    check(purge(keys))
+    assert check(LUA.release(keys, 2, "h3")) is True  # wakes w4, the only one queued
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket)), Granted)
+    check(status(keys, LUA, 2, 30))
+    check(holders(keys, LUA))
+    check(purge(keys, LUA))
     assert {"acquire", "release", "refresh", "abandon", "wake"} <= set(declared.scripts)
 
 
@@ -272,7 +275,7 @@ def test_retry_after_counts_the_queue_ahead_and_never_passes_the_earliest_expiry
     _hold_a_few_times(sem)
     holder = Semaphore("estimate-queue", limit=1, timeout=holder_timeout).acquire()
     for i in range(ahead):  # waiters that took a ticket (one acquire each, no loop)
-        run(client, Lua.acquire(keys, 1, 60000, f"queued-{i}", "{}", 30000))
+        run(client, LUA.acquire(keys, 1, 60000, f"queued-{i}", "{}", 30000))
     lease, retry_after = sem.try_acquire()
     until_expiry = (holder.expires_ms - _server_ms(client)) / 1000
     # The hold times measured on the server are HOLD plus the round trips (a loaded machine: up to 2 x).

@@ -133,7 +133,7 @@ class SemaphoreModel(RuleBasedStateMachine):
             return
         seconds, micros = self.raw.time()
         past = seconds * 1000 + micros // 1000 - 1
-        keys = entry.lease._keys
+        keys = entry.lease.keys
         assert self.raw.zadd(keys.timeouts, {entry.lease.identifier: past}, xx=True) == 0
         entry.expired = True
         entry.live = False

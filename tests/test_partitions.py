@@ -16,7 +16,7 @@ from django.db import close_old_connections
 from django.http import HttpResponse
 from django.test import RequestFactory
 
-from django_semaphore import monitor, semaphore, semaphores
+from django_semaphore import discovery, semaphore, semaphores
 from django_semaphore.keys import key_hash
 from django_semaphore.partitions import ByHeader, by_ip, by_user
 from tests.settings_web import WEB_SEMAPHORES
@@ -168,10 +168,10 @@ def test_missing_and_empty_header_share_the_empty_partition(client):
 )
 def test_partition_hash_must_match_in_full(value):
     with pytest.raises(ValueError, match="is not a partition hash"):
-        monitor.partition_keys("web-user", value)  # before: "_\n" and "0"*20 + "\n" were accepted
+        discovery.partition("web-user", value)  # before: "_\n" and "0"*20 + "\n" were accepted
 
 
 @pytest.mark.parametrize("value", ["_", key_hash("alice"), key_hash("")])
 def test_partition_hashes_of_real_partitions_are_accepted(value):
-    keys = monitor.partition_keys("web-user", value)
+    keys = discovery.partition("web-user", value)
     assert keys.partition_hash.endswith("." + value)

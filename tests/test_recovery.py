@@ -24,11 +24,13 @@ import pytest
 import redis
 
 from django_semaphore import Semaphore, SemaphoreBackendError, connection, recovery, signals
-from django_semaphore.algorithms import Lua
+from django_semaphore.algorithms import ALGORITHMS
 from django_semaphore.scripting import run
 from tests.servers import RedisServer
 
 from .helpers import wait_until
+
+LUA = ALGORITHMS["lua"]
 
 SOCKET_TIMEOUT = 1.0
 PAUSE_MS = 1600  # longer than the socket timeout: the call fails, Redis drops it
@@ -320,7 +322,7 @@ def _ghosts(sem, count, key=lambda i: f"k{i}"):
     for i in range(count):
         keys = sem.partition(key(i))
         identifier = f"ghost-{key(i)}-{i}"
-        assert run(client, Lua.acquire(keys, config.limit, config.timeout_ms, identifier, "{}")).token
+        assert run(client, LUA.acquire(keys, config.limit, config.timeout_ms, identifier, "{}")).token
         granted.append((keys, identifier))
     for keys, identifier in granted:
         recovery.remember_acquire(config, keys, identifier)

@@ -16,7 +16,7 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 from django.utils.log import AdminEmailHandler
 
-from django_semaphore import semaphore, semaphores, web
+from django_semaphore import bursts, semaphore, semaphores
 from tests.servers import free_port
 from tests.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 
@@ -110,14 +110,14 @@ def test_refusals_log_one_warning_per_burst_and_nothing_in_django_request(client
 def test_refusal_bursts_are_per_semaphore_and_end_after_a_quiet_period(client, caplog, monkeypatch):
     held = [semaphores["web-one"].acquire(), semaphores["mw-path"].acquire()]
     clock = [1000.0]
-    monkeypatch.setattr(web, "_now", lambda: clock[0])
+    monkeypatch.setattr(bursts, "_now", lambda: clock[0])
     with caplog.at_level(logging.DEBUG, logger="django_semaphore"):
         for _ in range(3):
             client.get("/web/boom/")
             client.get("/web/mw/path/")
-        clock[0] += web.REFUSAL_QUIET - 1  # still the same burst
+        clock[0] += bursts.REFUSAL_QUIET - 1  # still the same burst
         client.get("/web/boom/")
-        clock[0] += web.REFUSAL_QUIET + 1  # quiet long enough: a new burst
+        clock[0] += bursts.REFUSAL_QUIET + 1  # quiet long enough: a new burst
         client.get("/web/boom/")
     for lease in held:
         lease.release()
@@ -132,15 +132,15 @@ def test_refusal_bursts_are_per_semaphore_and_end_after_a_quiet_period(client, c
 def test_a_long_refusal_burst_warns_again_with_a_count(client, caplog, monkeypatch):
     held = semaphores["web-one"].acquire()
     clock = [1000.0]
-    monkeypatch.setattr(web, "_now", lambda: clock[0])
+    monkeypatch.setattr(bursts, "_now", lambda: clock[0])
     with caplog.at_level(logging.DEBUG, logger="django_semaphore"):
-        for _ in range(int(web.BURST_REPEAT) + 5):  # one refusal a second, never quiet
+        for _ in range(int(bursts.BURST_REPEAT) + 5):  # one refusal a second, never quiet
             client.get("/web/boom/")
             clock[0] += 1
     held.release()
     warned = [r.getMessage() for r in records(caplog, "django_semaphore") if r.levelno == logging.WARNING]
     assert len(warned) == 2, warned
-    assert f"{int(web.BURST_REPEAT) - 1} more refusals" in warned[1]
+    assert f"{int(bursts.BURST_REPEAT) - 1} more refusals" in warned[1]
 
 
 # -- request data in log lines ------------------------------------------------------------------
@@ -205,4 +205,4 @@ def test_refusal_line_escapes_header_key_values(client, caplog):
     ],
 )
 def test_printable(text, escaped):
-    assert web.printable(text) == escaped
+    assert bursts.printable(text) == escaped

@@ -447,17 +447,39 @@ def test_disconnect_while_waiting_gives_back_at_once_on_uvicorn(
     blocker.release()
 
 
-def test_disconnect_while_the_view_runs_gives_back_at_once_on_uvicorn(uvicorn, settings, capsys):
+def test_disconnect_while_the_view_runs_gives_back_at_once_on_uvicorn(uvicorn, settings, raw_redis, capsys):
+    """The view holds its slot and sleeps; its client disconnects: the slot is back at once.
+
+    The client leaves once the view is inside its sleep, not merely once the
+    slot shows in Redis.  Right after the grant the view opens its probe's
+    redis-py connection and sends commands, each through ``asyncio.wait_for``
+    (redis-py 8's default socket_timeout is 5 s); on Python 3.11 wait_for
+    returns the result and drops a cancel that arrives as the send completes
+    (CPython gh-86296, fixed in 3.12), so Django's cancel was lost there in
+    about 1 run in 5 and the view slept its full 20 s.  That is the view's own
+    client losing the cancel, not the guard: the guard rightly holds the slot
+    while the view runs (the engine re-raises a cancel redis-py lost in the
+    guard's own calls; see the sweep below).  The probe's INCR is visible only
+    after the view's last send before its sleep was written, and wait_for's
+    window closes two loop turns after that write, while Django cancels no
+    sooner than four turns after uvicorn reads the FIN: the cancel lands in a
+    cancellable await (the reply's read or ``asyncio.sleep``).
+    """
     settings.SEMAPHORES = {
         **WEB_SEMAPHORES,
         "web-slow": {**WEB_SEMAPHORES["web-slow"], "TIMEOUT": LEAK_TIMEOUT},
     }
     server = uvicorn(WEB_TIMEOUT=str(LEAK_TIMEOUT))
     sem = semaphores["web-slow"]  # LIMIT 2
+    in_view = probe_keys("aslow")[0]  # the view's INCR, just before its sleep
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     try:
         sock.sendall(f"GET /web/aslow/?sleep={VIEW_SECONDS} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-        wait_until(lambda: sem.available() == 1, timeout=30, message="the view running")
+        wait_until(
+            lambda: sem.available() == 1 and int(raw_redis.get(in_view) or 0) == 1,
+            timeout=30,
+            message="the view holding its slot and sleeping",
+        )
     finally:
         sock.close()
     closed = time.monotonic()

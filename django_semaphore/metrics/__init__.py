@@ -55,11 +55,13 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from .. import signals
+from .. import core, discovery, signals
 from ..exceptions import SemaphoreError
 
 if TYPE_CHECKING:
-    from ..core import Lease, Semaphore
+    from ..core import Semaphore
+    from ..inspection import PartitionStatus
+    from ..lease import Lease
 
 __all__ = ["SemaphoreCollector", "install", "metrics_view", "track"]
 
@@ -127,7 +129,7 @@ def _label(semaphore: Semaphore) -> str:
     time, say one per user) share the label OTHER, so the series stay bounded.
     """
     name = semaphore.name
-    if semaphore._config is not None and name not in _tracked:
+    if semaphore.ad_hoc and name not in _tracked:
         with _lock:
             if len(_tracked) < MAX_AD_HOC:
                 # Remembered for the gauges too: ad-hoc semaphores are in no settings.
@@ -215,10 +217,8 @@ class SemaphoreCollector(Collector):
 
     def semaphores(self) -> list[Semaphore]:
         """The semaphores reported: every configured one, then tracked ad-hoc ones."""
-        from ..core import semaphores
-
         found: dict[str, Semaphore] = {}
-        for semaphore in semaphores.all():
+        for semaphore in core.semaphores.all():
             try:
                 semaphore.config  # noqa: B018 - skip entries the checks report as broken
             except Exception:
@@ -248,33 +248,19 @@ class SemaphoreCollector(Collector):
         return [limit, holders, busiest, waiting, partitions, up]
 
 
-def read_partitions(semaphores: list[Semaphore]) -> list[tuple[Semaphore, list[Any]]]:
+def read_partitions(semaphores: list[Semaphore]) -> list[tuple[Semaphore, list[PartitionStatus]]]:
     """``(semaphore, [PartitionStatus, ...])`` for each semaphore, with one SCAN for all.
 
     The unpartitioned semaphore is always read; the partitions are those whose
     keys Redis holds.  Raises SemaphoreBackendError if Redis fails.
     """
-    from redis.exceptions import RedisError
-
-    from .. import conf, connection
-    from ..keys import name_hash, partition_keys_from_timeouts, timeouts_pattern
-    from ..scripting import _backend_error
-
-    by_hash = {name_hash(s.name): s for s in semaphores}
-    found: dict[str, dict[str, Any]] = {s.name: {} for s in semaphores}
+    found = {group.name: group.partitions for group in discovery.find(s.name for s in semaphores)}
+    rows = []
     for semaphore in semaphores:
-        keys = semaphore.partition(None)
-        found[semaphore.name][keys.base] = keys
-    client = connection.get_client()
-    try:
-        for raw in connection.scan_iter(client, timeouts_pattern(conf.setting("SEMAPHORE_KEY_PREFIX"))):
-            keys = partition_keys_from_timeouts(raw)
-            owner = by_hash.get(keys.partition_hash.split(".", 1)[0])
-            if owner is not None:
-                found[owner.name][keys.base] = keys
-    except RedisError as exc:
-        raise _backend_error(client, exc) from exc
-    return [(s, [s.status(keys=keys) for keys in found[s.name].values()]) for s in semaphores]
+        unpartitioned = semaphore.partition(None)
+        keys = [unpartitioned, *(k for k in found.get(semaphore.name, ()) if k.base != unpartitioned.base)]
+        rows.append((semaphore, [semaphore.status(keys=k) for k in keys]))
+    return rows
 
 
 def install(registry: CollectorRegistry | None = None) -> None:

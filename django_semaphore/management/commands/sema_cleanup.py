@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_semaphore import monitor, semaphores
+from django_semaphore import discovery, monitor, semaphores
 from django_semaphore.exceptions import SemaphoreBackendError
 
 
@@ -61,7 +61,7 @@ class Command(BaseCommand):
         verb = "would remove" if dry_run else "removed"
         total = examined = 0
         try:
-            for found in monitor.find_partitions(names or None):
+            for found in discovery.find(names or None):
                 removed = monitor.cleanup(found, dry_run=dry_run)
                 total += removed
                 examined += 1

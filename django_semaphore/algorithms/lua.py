@@ -1,0 +1,82 @@
+"""The default algorithm, "lua": one atomic script per operation, on the server's clock.
+
+Every key a script touches is passed in KEYS.  The wake-ups a script decides
+on (the waiters a free slot goes to) are pushed to those waiters' lists by a
+second script (``wake.lua``), to which the operation passes their keys: one
+more round trip, only when there are waiters to wake.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..keys import PartitionKeys
+from ..scripting import LuaScript, Operation, Script
+from .base import Granted, Outcome, Refused, as_int, as_str
+
+ACQUIRE = LuaScript("acquire")
+RELEASE = LuaScript("release")
+REFRESH = LuaScript("refresh")
+ABANDON = LuaScript("abandon")
+WAKE = LuaScript("wake")
+
+
+class Lua:
+    """Fair (a counter ranks holders), FIFO waiting queue, server clock (``TIME``)."""
+
+    name = "lua"
+    queues = True
+
+    def acquire(
+        self,
+        keys: PartitionKeys,
+        limit: int,
+        timeout_ms: int,
+        identifier: str,
+        meta_json: str,
+        ticket_ms: int = 0,
+        ticket: str = "",
+    ) -> Operation[Outcome]:
+        """Take a slot, or a refusal; ``ticket_ms`` > 0 queues the caller (a
+        waiter), ``ticket`` is its ticket number from an earlier refusal."""
+        script_keys = keys.main + (keys.wake(identifier),) if ticket_ms else keys.main
+        reply = yield Script(
+            ACQUIRE, script_keys, (limit, timeout_ms, identifier, meta_json, ticket_ms, ticket)
+        )
+        if reply[0] == 1:
+            return Granted(as_int(reply[1]), reply[2], reply[3])
+        yield from wake(keys, reply, 5)
+        return Refused(reply[1], reply[2], reply[3], as_str(reply[4]))
+
+    def release(
+        self, keys: PartitionKeys, limit: int, identifier: str, acquired_ms: int | None = None
+    ) -> Operation[bool]:
+        """Give the slot back; True if it was still held. ``acquired_ms`` (server
+        time of the grant) records the hold time, for Retry-After estimates."""
+        reply = yield Script(
+            RELEASE, keys.main, (identifier, limit, "" if acquired_ms is None else acquired_ms)
+        )
+        yield from wake(keys, reply, 1)
+        return bool(reply[0] == 1)
+
+    def refresh(self, keys: PartitionKeys, timeout_ms: int, identifier: str) -> Operation[float | None]:
+        """Extend a live lease: the new expiry (ms), or None if the slot was lost."""
+        reply = yield Script(REFRESH, keys.main, (identifier, timeout_ms))
+        return reply or None
+
+    def abandon(self, keys: PartitionKeys, limit: int, identifier: str) -> Operation[None]:
+        """A waiter gives up its ticket (and passes a free slot on)."""
+        reply = yield Script(ABANDON, keys.main + (keys.wake(identifier),), (identifier, limit))
+        yield from wake(keys, reply, 1)
+
+    def clock(self) -> str:
+        """``""``: expiries are written on the server's clock."""
+        return ""
+
+
+def wake(keys: PartitionKeys, reply: Any, start: int) -> Operation[None]:
+    """Push the wake-ups a script asked for: ``reply[start]`` is the TTL of the
+    wake-up lists, the identifiers follow."""
+    if len(reply) > start + 1:
+        lists = tuple(keys.wake(as_str(identifier)) for identifier in reply[start + 1 :])
+        yield Script(WAKE, lists, (reply[start],))

@@ -1,0 +1,106 @@
+"""Finding the partitions of semaphores in Redis: one SCAN walk, one error policy.
+
+A partition exists in Redis while its timeout ZSET does, so partitions are
+found by their timeout keys under SEMAPHORE_KEY_PREFIX, with SCAN on every
+primary (:func:`django_semaphore.connection.scan_iter`), never KEYS.  SCAN may
+return a key more than once: every partition is given once.  A Redis error
+becomes :class:`~django_semaphore.SemaphoreBackendError` through the driver
+(:func:`django_semaphore.scripting.backend_error`, which sends
+``backend_failed``), as for any other Redis call.
+
+Everything that lists partitions goes through here:
+:meth:`Semaphore.partitions <django_semaphore.core.Semaphore.partitions>` and
+its async twin, ``purge_expired``, the admin and ``sema_status``
+(:mod:`~django_semaphore.monitor`), the metrics' gauges and ``sema_cleanup``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from redis.exceptions import RedisError
+
+from . import conf, connection
+from .keys import PartitionKeys, name_hash, timeouts_pattern
+from .scripting import Client, backend_error
+
+
+@dataclass
+class Found:
+    """The partitions in Redis of one semaphore, configured or not."""
+
+    name: str  # the semaphore's name, or the key slug of one that is not configured
+    configured: bool  # in SEMAPHORES now
+    partitions: list[PartitionKeys] = field(default_factory=list)
+
+
+def walk(client: Client, pattern: str) -> Iterator[PartitionKeys]:
+    """The partitions whose timeout key matches ``pattern`` (each once), on a sync client."""
+    seen: set[str] = set()
+    try:
+        for raw in connection.scan_iter(client, pattern):
+            keys = PartitionKeys.from_timeouts_key(raw)
+            if keys.base not in seen:
+                seen.add(keys.base)
+                yield keys
+    except RedisError as exc:
+        raise backend_error(client, exc) from exc
+
+
+async def awalk(client: Client, pattern: str) -> AsyncIterator[PartitionKeys]:
+    """The asyncio twin of :func:`walk`."""
+    seen: set[str] = set()
+    try:
+        async for raw in connection.ascan_iter(client, pattern):
+            keys = PartitionKeys.from_timeouts_key(raw)
+            if keys.base not in seen:
+                seen.add(keys.base)
+                yield keys
+    except (RedisError, OSError) as exc:  # asyncio connections can raise OSError unwrapped
+        raise backend_error(client, exc) from exc
+
+
+def _pattern(name: str | None = None) -> str:
+    return timeouts_pattern(conf.setting("SEMAPHORE_KEY_PREFIX"), name)
+
+
+def partitions(name: str) -> list[PartitionKeys]:
+    """Every partition of semaphore ``name`` with keys in Redis."""
+    return list(walk(connection.get_client(), _pattern(name)))
+
+
+async def apartitions(name: str) -> list[PartitionKeys]:
+    """The asyncio twin of :func:`partitions`."""
+    return [keys async for keys in awalk(connection.get_async_client(), _pattern(name))]
+
+
+def partition(name: str, key_hash: str) -> PartitionKeys:
+    """The keys of semaphore ``name``'s partition ``key_hash`` (``_`` or a key
+    digest, as the admin's forms give it); ValueError if malformed."""
+    return PartitionKeys.for_hash(conf.setting("SEMAPHORE_KEY_PREFIX"), name, key_hash)
+
+
+def find(names: Iterable[str] | None = None) -> list[Found]:
+    """Partitions in Redis under SEMAPHORE_KEY_PREFIX, grouped by semaphore, with one SCAN.
+
+    ``names``: those semaphores only (configured or ad-hoc), in that order.
+    Otherwise every configured semaphore (in settings order, with or without
+    keys) followed by every semaphore found under the prefix that is not (or
+    no longer) configured, named by its key slug.
+    """
+    configured = conf.names()
+    wanted = configured if names is None else list(dict.fromkeys(names))
+    if names is not None and not wanted:
+        return []
+    groups = {name_hash(name): Found(name, name in configured) for name in wanted}
+    # One name: SCAN matches its keys only. Several: one walk over the prefix.
+    pattern = _pattern(wanted[0]) if names is not None and len(wanted) == 1 else _pattern()
+    for keys in walk(connection.get_client(), pattern):
+        group = groups.get(keys.name_digest)
+        if group is None:
+            if names is not None:
+                continue
+            group = groups[keys.name_digest] = Found(keys.slug, False)
+        group.partitions.append(keys)
+    return list(groups.values())
