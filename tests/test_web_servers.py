@@ -7,6 +7,7 @@ list that the test opens once the refusals have come back, instead of
 sleeping and hoping the requests overlap.
 """
 
+import asyncio
 import concurrent.futures
 import os
 import socket
@@ -488,6 +489,123 @@ def test_disconnect_while_the_view_runs_gives_back_at_once_on_uvicorn(uvicorn, s
     with capsys.disabled():
         print(f"\ndisconnect while the view runs: slot given back {freed:.2f}s after the client left")
     assert freed < GIVEN_BACK_WITHIN
+
+
+SWEEP_PAST_GRANT = 30  # disconnect points swept after every slot was granted
+SWEEP_AFTER_THE_END = 3  # ... and after the request had ended, so the response's tail is swept too
+
+
+async def serve_until_disconnect(handler, url, turns):
+    """Serve GET ``url`` with Django's ASGIHandler; the client leaves after ``turns`` loop turns.
+
+    The ASGI server is this function: the request body comes at once and
+    ``http.disconnect`` once ``turns`` event-loop turns have passed, so a sweep
+    over ``turns`` lands the disconnect at every await of the request in turn.
+    Returns (the moment the client left, whether the request had ended by then).
+    """
+    path, _, query = url.partition("?")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 40000),
+        "server": ("testserver", 80),
+    }
+    body = [{"type": "http.request", "body": b"", "more_body": False}]
+    left = asyncio.Event()
+
+    async def receive():
+        if body:
+            return body.pop()
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        pass
+
+    task = asyncio.create_task(handler(scope, receive, send))
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    ended = task.done()
+    left.set()
+    left_at = time.monotonic()
+    await asyncio.wait_for(task, LEAK_TIMEOUT)
+    return left_at, ended
+
+
+@pytest.mark.skipif(django.VERSION < (5, 0), reason="Django 4.2 lets a view run on after its client left")
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("url", "names"),
+    [
+        (f"/web/along/?sleep={VIEW_SECONDS}", ["web-short"]),  # @semaphore, a view that sleeps
+        ("/web/pair/axy/", ["pair-x", "pair-y"]),  # stacked @semaphore, a view that answers at once
+        ("/web/mw/await/", ["mw-wait-a", "mw-wait-b"]),  # the middleware's PATHS
+    ],
+)
+async def test_a_disconnect_at_any_await_of_the_request_gives_back_at_once(settings, url, names, capsys):
+    """A disconnect landing anywhere, from before the acquire to the response's end, gives back at once.
+
+    Django's own ASGIHandler, in this process, with the client leaving after
+    0, 1, 2, ... event-loop turns: before and inside the guard's Redis calls
+    (where redis-py can drop the cancel on Python 3.11: asyncio.wait_for,
+    CPython gh-86296), in the view, and after the response has left the guard
+    while outer middleware finish it (Django then drops it unclosed).  After
+    each request every slot must be free within ``GIVEN_BACK_WITHIN`` of the
+    disconnect; TIMEOUT is 30 s, so a leak shows.  The sweep goes on until the
+    client has left ``SWEEP_PAST_GRANT`` times after the grant and, for a view
+    that answers, ``SWEEP_AFTER_THE_END`` times after the request had ended.
+    """
+    from django.core.handlers.asgi import ASGIHandler
+
+    settings.SEMAPHORES = {
+        **WEB_SEMAPHORES,
+        **{name: {**WEB_SEMAPHORES[name], "TIMEOUT": LEAK_TIMEOUT} for name in names},
+    }
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "django_semaphore.middleware.SemaphoreMiddleware"]
+    handler = ASGIHandler()
+    sems = [semaphores[name] for name in names]
+    limits = [sem.config.limit for sem in sems]
+    sleeps = "sleep=" in url
+    granted = []
+
+    def on_acquired(sender, semaphore, **kwargs):
+        granted.append(semaphore.name)
+
+    async def free():
+        return [await sem.aavailable() for sem in sems]
+
+    signals.acquired.connect(on_acquired)
+    try:
+        turns = past_grant = after_the_end = 0
+        slowest = 0.0
+        deadline = time.monotonic() + 120
+        while past_grant < SWEEP_PAST_GRANT or not (sleeps or after_the_end >= SWEEP_AFTER_THE_END):
+            assert time.monotonic() < deadline, f"the sweep did not reach the end in 120 s ({turns} turns)"
+            granted.clear()
+            left_at, ended = await serve_until_disconnect(handler, url, turns)
+            while (now := await free()) != limits and time.monotonic() - left_at < GIVEN_BACK_WITHIN:
+                await asyncio.sleep(0.005)
+            seconds = time.monotonic() - left_at
+            assert now == limits, f"client left after {turns} turns: slots {now} after {seconds:.2f}s"
+            slowest = max(slowest, seconds)
+            past_grant += len(granted) == len(names)
+            after_the_end += ended
+            turns += 1
+    finally:
+        signals.acquired.disconnect(on_acquired)
+    with capsys.disabled():
+        print(
+            f"\ndisconnect swept over {turns} loop turns of {url} ({past_grant} after the grant, "
+            f"{after_the_end} after the end): slowest give-back {slowest:.3f}s"
+        )
 
 
 # -- partitions over real sockets ---------------------------------------------------------------------
