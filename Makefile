@@ -57,7 +57,7 @@ demo: $(STAMP)
 # The documentation's pictures (docs/images/*.png), taken by the browser tests in Debian's Chromium.
 screenshots: $(STAMP)
 	SEMAPHORE_SCREENSHOTS=docs/images SEMAPHORE_REQUIRE_BROWSER=1 \
-		$(BIN)/python -m pytest -m browser tests/test_admin_browser.py tests/test_demo.py $(PYTEST_ARGS)
+		$(BIN)/python -m pytest -m browser tests/system/test_admin_browser.py tests/system/test_demo.py tests/system/test_runtime_control_browser.py $(PYTEST_ARGS)
 
 # One table of every benchmark figure against throwaway redis-servers (a few
 # minutes); also writes docs/images/bench-cycles.png. BENCH_ARGS=--quick for a smoke run.

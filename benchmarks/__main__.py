@@ -84,7 +84,7 @@ def main(argv=None):
         results = {"machine": machine(version), "quick": quick}
         say = lambda text: print(f"[{time.monotonic() - started:6.1f}s] {text}", file=sys.stderr, flush=True)  # noqa: E731
 
-        from . import contention, cycles, rediscost, waiting, web
+        from . import contention, cycles, overrides, rediscost, waiting, web
 
         say("cycles: floor, algorithms x holders, peers (interleaved rounds)")
         results["cycles"] = cycles.measure(rounds=3 if quick else 7, seconds=0.08 if quick else 0.12)
@@ -92,6 +92,8 @@ def main(argv=None):
         say("Redis-side cost (INFO commandstats)")
         results["rediscost"] = rediscost.measure(rounds=60 if quick else 200)
         results["cost_per_cycle"] = rediscost.per_cycle(rounds=30 if quick else 100)
+        say("runtime overrides: commands per acquire with and without one")
+        results["overrides"] = overrides.measure(cycles=500 if quick else 2000)
         say("waiting: release -> waiter holding the slot")
         results["waiting"] = waiting.measure(samples=40 if quick else 200)
         say("contention: processes on LIMIT 5")

@@ -72,6 +72,18 @@ def table(r, targets):
         add("Redis usec/call", f"seeds' ZREM release, {holders:,}", f"{row['seed_release']:.1f}")
     for algorithm, usec in r["cost_per_cycle"].items():
         add("Redis usec/cycle", f"{algorithm}: every command it sends", f"{usec:.1f}")
+    if "overrides" in r:
+        o = r["overrides"]
+        same = abs(o["override"]["commands_per_cycle"] - o["settings"]["commands_per_cycle"]) < 0.05
+        for label in ("settings", "override"):
+            row = o[label]
+            add(
+                "commands/cycle",
+                f"limit from {label} ({row['limit']})",
+                f"{row['commands_per_cycle']:.3f}",
+                f"{row['cycle_us']:.0f} us/cycle",
+                f"no extra round trip: {_verdict(same)}" if label == "override" else "",
+            )
 
     w = r["waiting"]
     add(

@@ -8,20 +8,27 @@ that read Redis.  Every view goes through ``self.admin_site.admin_view``
 
     my_site.register(Semaphore, SemaphoreAdmin)
 
-Users with the ``view`` permission see the figures and every key and value
-of the holders' meta (the web layer's and the caller's own); with the
-``change`` permission they also get the force-release and purge-expired
-buttons.  Lease identifiers are never shown to anyone: a
-force-release names the holder by partition and fencing token, which
-cannot be replayed against a later holder because tokens only increase.
+Users with the ``view`` permission see the figures, the limit and mode in
+force (and whether they come from settings or a runtime override), the
+waiters, the refusals and would-be (dry-run) refusals of the last five
+minutes, hold times, and every key and value of the holders' and waiters'
+meta (the web layer's and the caller's own); with the ``change`` permission
+they also get the runtime control form (limit, mode, clear override) and the
+force-release and purge-expired buttons.  Every change is logged as a
+:class:`~django.contrib.admin.models.LogEntry`, shown in the admin's recent
+actions and the semaphore's history page.  Lease identifiers are never shown
+to anyone: a force-release names the holder by partition and fencing token,
+which cannot be replayed against a later holder because tokens only increase.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.auth import get_user_model
@@ -40,14 +47,47 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
 from django.utils.translation import ngettext
 
 from . import discovery, monitor
+from .control import Effective
 from .core import semaphores
 from .exceptions import SemaphoreBackendError
-from .inspection import Holder
+from .inspection import Holder, Waiter
 from .keys import UNPARTITIONED
 from .models import Semaphore
+from .validation import MODES
+
+
+class RuntimeControlForm(forms.Form):
+    """The semaphore page's runtime control: the limit and mode every process applies.
+
+    Shown filled with the values in force; only the fields changed are
+    overridden (:meth:`django_semaphore.Semaphore.override`), so changing the
+    mode keeps the limit from settings.  The "clear override" button goes back
+    to settings without looking at the fields.
+    """
+
+    limit = forms.IntegerField(
+        label=_lazy("Limit"),
+        min_value=0,
+        help_text=_lazy("Slots per partition. 0 pauses: new callers are refused, holders keep their slots."),
+        widget=forms.NumberInput(attrs={"class": "vIntegerField", "min": 0}),
+    )
+    mode = forms.ChoiceField(
+        label=_lazy("Mode"),
+        choices=[(mode, mode) for mode in MODES],
+        help_text=_lazy(
+            "enforce: refuse or queue beyond the limit; dry_run: admit everyone and count "
+            "would-be refusals; off: guards pass through without Redis."
+        ),
+    )
+
+    def changes(self, current: Effective) -> dict[str, Any]:
+        """The cleaned fields that differ from ``current`` (the keywords for ``override()``)."""
+        wanted = {"limit": self.cleaned_data["limit"], "mode": self.cleaned_data["mode"]}
+        return {name: value for name, value in wanted.items() if value != getattr(current, name)}
 
 
 class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -59,6 +99,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     max_partitions = monitor.MAX_PARTITIONS
     list_template = "django_semaphore/admin/semaphore_list.html"
     detail_template = "django_semaphore/admin/semaphore_detail.html"
+    control_form = RuntimeControlForm
 
     # -- permissions ---------------------------------------------------------
 
@@ -71,6 +112,14 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _require_view(self, request: HttpRequest) -> None:
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        """The admin model instance of a configured semaphore (None if unknown), without a query.
+
+        There is no table: the instance is made up from the name, which is
+        all the history view (and LogEntry) needs.
+        """
+        return Semaphore(name=object_id) if object_id in semaphores else None
 
     # -- urls ----------------------------------------------------------------
 
@@ -86,7 +135,8 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             wrapped.model_admin = self  # type: ignore[attr-defined]
             return wrapped
 
-        # No add, delete or history views: there is no table behind them.
+        # No add or delete views: there is no table behind them. The history
+        # view is Django's own, over the LogEntry rows (see get_object).
         return [
             path("", wrap(self.changelist_view), name=self._url_name("changelist")),
             path("status.json", wrap(self.list_status_view), name=self._url_name("status")),
@@ -102,6 +152,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 name=self._url_name("force_release"),
             ),
             path("<str:object_id>/purge/", wrap(self.purge_view), name=self._url_name("purge")),
+            path("<str:object_id>/history/", wrap(self.history_view), name=self._url_name("history")),
         ]
 
     # -- reading Redis -------------------------------------------------------
@@ -170,21 +221,31 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             title=_("Semaphores"),
             subtitle=None,
             semaphores=views,
+            totals=monitor.totals(views),
             backend_error=error,
             status_url=self._reverse("status"),
         )
 
-    def _detail_context(self, request: HttpRequest, object_id: str) -> dict[str, Any]:
+    def _detail_context(
+        self, request: HttpRequest, object_id: str, form: RuntimeControlForm | None = None
+    ) -> dict[str, Any]:
         name = self._semaphore_name(object_id)
         partition = self._partition_param(request)
         view, error = self._read_one(name, partition)
         now = timezone.now()
-        names = self._user_names(h.meta.get("user") for p in view.partitions for h in p.holders)
+        metas = [h.meta for p in view.partitions for h in p.holders]
+        metas += [w.meta for p in view.partitions for w in p.waiters]
+        names = self._user_names(meta.get("user") for meta in metas)
         for p in view.partitions:
             p.rows = [  # type: ignore[attr-defined]
                 (h, monitor.expires_in(h, now), names.get(str(h.meta.get("user"))), meta_items(h.meta))
                 for h in p.holders
             ]
+            p.waiter_rows = [  # type: ignore[attr-defined]
+                (w, waited(w, now), names.get(str(w.meta.get("user"))), meta_items(w.meta)) for w in p.waiters
+            ]
+        if form is None and self.has_change_permission(request) and not view.error and view.mode:
+            form = self.control_form(initial={"limit": view.limit, "mode": view.mode})
         query = f"?partition={partition}" if partition else ""
         return self._context(
             request,
@@ -199,6 +260,8 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             status_url=self._reverse("detail_status", object_id) + query,
             release_url=self._reverse("force_release", object_id) + query,
             purge_url=self._reverse("purge", object_id) + query,
+            history_url=self._reverse("history", object_id),
+            control_form=form,
             now=now,
         )
 
@@ -219,10 +282,66 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        """One semaphore's holders, in token order, per partition."""
+        """One semaphore's runtime control, figures, waiters and holders (in token order), per partition.
+
+        A POST is the runtime control form (change permission): it overrides
+        the fields changed, or with ``clear`` removes the override, logs a
+        LogEntry and redirects back; an invalid form is shown again with its
+        errors and nothing written.
+        """
         self._require_view(request)
-        context = {**self._detail_context(request, object_id), **(extra_context or {})}
+        form = None
+        if request.method == "POST":
+            if not self.has_change_permission(request):
+                raise PermissionDenied
+            form, done = self._apply_control(request, object_id)
+            if done is not None:
+                return done
+        context = {**self._detail_context(request, object_id, form), **(extra_context or {})}
         return TemplateResponse(request, self.detail_template, context)
+
+    def _apply_control(
+        self, request: HttpRequest, object_id: str
+    ) -> tuple[RuntimeControlForm | None, HttpResponse | None]:
+        """Apply a POSTed runtime control form: ``(form with errors, None)`` or ``(None, redirect)``."""
+        name = self._semaphore_name(object_id)
+        sem = semaphores[name]
+        clear = "clear" in request.POST
+        form = None if clear else self.control_form(request.POST)
+        try:
+            old = sem.effective()
+            if form is not None and not form.is_valid():
+                return form, None
+            if clear:
+                if old.source != "override":
+                    messages.info(request, _("“%(name)s” has no override to clear.") % {"name": name})
+                    return None, self._back(request, object_id)
+                new = sem.clear_override(user=request.user)
+            else:
+                assert form is not None
+                changes = form.changes(old)
+                if not changes:
+                    messages.info(
+                        request,
+                        _("Nothing changed: limit %(limit)s and mode %(mode)s are already in force.")
+                        % {"limit": old.limit, "mode": old.mode},
+                    )
+                    return None, self._back(request, object_id)
+                new = sem.override(**changes, user=request.user)
+        except ValueError as exc:  # the engine's own validation: nothing was written
+            assert form is not None
+            form.add_error(None, str(exc))
+            return form, None
+        except SemaphoreBackendError as exc:
+            messages.error(request, str(exc))
+            return form, None
+        described = monitor.describe_change(old, new)
+        text = (_("Cleared the override: %(change)s.") if clear else _("Set %(change)s.")) % {
+            "change": described
+        }
+        self.log_change(request, Semaphore(name=name), text)
+        messages.success(request, _("“%(name)s”: %(text)s") % {"name": name, "text": text})
+        return None, self._back(request, object_id)
 
     def _json(
         self, request: HttpRequest, context: dict[str, Any], fragment: str, data: dict[str, Any]
@@ -236,7 +355,10 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """The list page's figures as JSON (plus the re-rendered table), for the refresh script."""
         self._require_view(request)
         context = self._list_context(request)
-        data = {"semaphores": [v.as_dict(context["now"]) for v in context["semaphores"]]}
+        data = {
+            "semaphores": [v.as_dict(context["now"]) for v in context["semaphores"]],
+            "totals": context["totals"].as_dict(),
+        }
         return self._json(request, context, "django_semaphore/admin/_semaphores.html", data)
 
     def detail_status_view(self, request: HttpRequest, object_id: str) -> JsonResponse:
@@ -364,6 +486,11 @@ def meta_items(meta: dict[str, Any]) -> list[MetaItem]:
         shown, title = _cut(text, META_VALUE_CHARS)
         items.append(MetaItem(key, key_shown, key_title, shown, title))
     return items
+
+
+def waited(waiter: Waiter, now: datetime.datetime) -> int:
+    """Whole seconds ``waiter`` has queued for."""
+    return max(0, round((now - waiter.since).total_seconds()))
 
 
 def describe_holder(holder: Holder, key_hash: str) -> str:

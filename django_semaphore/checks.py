@@ -19,6 +19,8 @@
 | E015 | SEMAPHORE_FAIL_OPEN not a bool |
 | E016 | SEMAPHORE_REJECT_VIEW cannot be imported |
 | E017 | SEMAPHORE_REDIS not a django-redis alias or a {"URL": ...} dict |
+| E018 | MODE not "enforce", "dry_run" or "off" |
+| E019 | SEMAPHORE_ENABLED not a bool |
 | W001 | ALGORITHM "basic" or "fair": over-admits under contention |
 | W002 | (deploy) the django-redis alias has no SOCKET_CONNECT_TIMEOUT / SOCKET_TIMEOUT |
 | W003 | (deploy) Redis cannot be reached |

@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "SEMAPHORE_KEY_PREFIX": "sema",
     "SEMAPHORE_FAIL_OPEN": False,
     "SEMAPHORE_REJECT_VIEW": "django_semaphore.views.rejected",
+    "SEMAPHORE_ENABLED": True,
     "SEMAPHORES": {},
 }
 
@@ -38,6 +39,12 @@ ENGINE_CHECKS = frozenset({"django_semaphore.E014", "django_semaphore.E017"})
 def setting(name: str) -> Any:
     """The current value of a SEMAPHORE_* setting, or its default."""
     return getattr(settings, name, DEFAULTS[name])
+
+
+def enabled() -> bool:
+    """SEMAPHORE_ENABLED: False lets every guard pass through (anything but True counts as True:
+    a bad value is check E019's to report, and must not switch the semaphores off)."""
+    return setting("SEMAPHORE_ENABLED") is not False
 
 
 def names() -> list[str]:

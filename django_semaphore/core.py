@@ -17,11 +17,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import conf, connection, discovery, inspection, recovery, signals, waiting
+from . import conf, connection, control, discovery, inspection, recovery, signals, stats, waiting
 from .algorithms import ALGORITHMS, Algorithm, Granted, Outcome
-from .exceptions import SemaphoreBackendError, SemaphoreFull
+from .algorithms.base import retry_after_seconds
+from .control import Effective
+from .exceptions import RetryAfter, SemaphoreBackendError, SemaphoreFull
 from .guards import FunctionGuard
-from .inspection import Holder, PartitionStatus
+from .inspection import Holder, PartitionStatus, Waiter
 from .keys import PartitionKeys
 from .lease import Lease
 from .scripting import Client, Operation, arun, run
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from .validation import SemaphoreConfig
 
 META_KEY_LENGTH = 64  # how much of a partition value is copied into meta
+PAUSED_RETRY_MS = 5000  # Retry-After of a caller refused because the limit in force is 0
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,6 +88,7 @@ class Semaphore:
         *,
         wait: float = 0,
         algorithm: str = "lua",
+        mode: str = "enforce",
     ) -> None:
         self.name = name
         self._config: SemaphoreConfig | None
@@ -92,7 +96,8 @@ class Semaphore:
             self._config = None
         else:
             config, problems = validate_entry(
-                name, {"LIMIT": limit, "TIMEOUT": timeout, "WAIT": wait, "ALGORITHM": algorithm}
+                name,
+                {"LIMIT": limit, "TIMEOUT": timeout, "WAIT": wait, "ALGORITHM": algorithm, "MODE": mode},
             )
             for problem in problems:
                 if not problem.warning:
@@ -155,12 +160,30 @@ class Semaphore:
         identifier: str,
         meta: str,
         client: Client,
+        limit: int | None = None,
+        dry_run: bool = False,
     ) -> Operation[Outcome]:
         algorithm = ALGORITHMS[config.algorithm]
-        args = (keys, config.limit, config.timeout_ms, identifier, meta)
+        args = (keys, config.limit if limit is None else limit, config.timeout_ms, identifier, meta)
+        if dry_run:
+            return algorithm.acquire(*args, dry_run=True)
         if wait > 0:
-            return waiting.wait_ops(algorithm, *args, wait, client)
+            return waiting.wait_ops(algorithm, *args, wait, client, control.limit_of(config))
         return algorithm.acquire(*args)
+
+    def _paused(self, config: SemaphoreConfig, key: str | None, started: float) -> tuple[None, RetryAfter]:
+        """Refused at once, without Redis: the limit in force is 0 (paused)."""
+        retry_after = RetryAfter(retry_after_seconds(PAUSED_RETRY_MS, config.timeout), "paused")
+        return self._refuse(config, key, retry_after, time.monotonic() - started)
+
+    def _refuse(
+        self, config: SemaphoreConfig, key: str | None, retry_after: RetryAfter, waited: float
+    ) -> tuple[None, RetryAfter]:
+        stats.record_refusal(self.name)
+        signals.refused.send(
+            sender=type(self), semaphore=self, key=key, retry_after=retry_after, waited=waited, dry_run=False
+        )
+        return None, retry_after
 
     def _outcome(
         self,
@@ -170,37 +193,60 @@ class Semaphore:
         keys: PartitionKeys,
         identifier: str,
         started: float,
-    ) -> tuple[Lease, None] | tuple[None, int]:
+        wait: float = 0,
+    ) -> tuple[Lease, None] | tuple[None, RetryAfter]:
         waited = time.monotonic() - started
         if isinstance(outcome, Granted):
             lease = Lease(self, key, identifier, outcome, keys, config, waited)
+            if outcome.over_limit:  # a dry run: enforcing would have refused this caller
+                stats.record_refusal(self.name, dry_run=True)
+                signals.refused.send(
+                    sender=type(self),
+                    semaphore=self,
+                    key=key,
+                    retry_after=RetryAfter(1, "full"),
+                    waited=waited,
+                    dry_run=True,
+                )
             signals.acquired.send(sender=type(self), semaphore=self, lease=lease, waited=waited)
             return lease, None
         # For "lua", retry_after_ms is already an estimate from recent hold
         # times and the queue ahead, capped by the earliest expiry.
-        retry_after = outcome.retry_after(config.timeout)
-        signals.refused.send(
-            sender=type(self), semaphore=self, key=key, retry_after=retry_after, waited=waited
-        )
-        return None, retry_after
+        # A waiter that gave up while the semaphore is paused: "paused".
+        paused = control.cached(config).limit == 0
+        reason = "paused" if paused else ("timeout" if wait > 0 else "full")
+        return self._refuse(config, key, RetryAfter(outcome.retry_after(config.timeout), reason), waited)
 
     def try_acquire(
         self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
-    ) -> tuple[Lease, None] | tuple[None, int]:
-        """Like :meth:`acquire`, returning ``(lease, None)`` or ``(None, retry_after)``."""
+    ) -> tuple[Lease, None] | tuple[None, RetryAfter]:
+        """Like :meth:`acquire`, returning ``(lease, None)`` or ``(None, retry_after)``.
+
+        ``retry_after`` is a :class:`~django_semaphore.exceptions.RetryAfter`:
+        an int of seconds whose ``reason`` says why the caller was refused
+        ("full", "timeout" or "paused").
+        """
         started = time.monotonic()
         config, wait, keys, identifier, meta_text = self._prepare(key, wait, meta)
         client = connection.get_client()
+        limit, mode, _ = control.effective(config, client)  # the cache: no round trip
+        dry_run = mode != "enforce"
+        if limit == 0 and not dry_run:
+            return self._paused(config, key, started)
+        if dry_run:
+            wait = 0
         mark = recovery.freed_mark()
         try:
-            outcome = run(client, self._operation(config, wait, keys, identifier, meta_text, client))
+            op = self._operation(config, wait, keys, identifier, meta_text, client, limit, dry_run)
+            outcome = run(client, op)
             if recovery.pending() or recovery.freed_mark() != mark:
                 # Redis answers again after failing this process: its unanswered
                 # acquires and releases may hold slots.  Inline, only a little of
                 # this partition's, and only to turn a refusal into a grant; the
                 # recovery thread does the rest.
                 if not isinstance(outcome, Granted) and recovery.give_back_partition(client, keys, mark):
-                    outcome = run(client, self._operation(config, 0, keys, identifier, meta_text, client))
+                    again = self._operation(config, 0, keys, identifier, meta_text, client, limit)
+                    outcome = run(client, again)
                 recovery.kick()
         except SemaphoreBackendError:
             recovery.remember_acquire(config, keys, identifier)
@@ -212,22 +258,29 @@ class Semaphore:
             # Redis fails, the recovery thread does).
             recovery.forget_now(client, config, keys, identifier)
             raise
-        return self._outcome(outcome, config, key, keys, identifier, started)
+        return self._outcome(outcome, config, key, keys, identifier, started, wait)
 
     async def atry_acquire(
         self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
-    ) -> tuple[Lease, None] | tuple[None, int]:
+    ) -> tuple[Lease, None] | tuple[None, RetryAfter]:
         """The asyncio twin of :meth:`try_acquire`."""
         started = time.monotonic()
         config, wait, keys, identifier, meta_text = self._prepare(key, wait, meta)
         client = connection.get_async_client()
+        limit, mode, _ = await control.aeffective(config, client)  # the cache: no round trip
+        dry_run = mode != "enforce"
+        if limit == 0 and not dry_run:
+            return self._paused(config, key, started)
+        if dry_run:
+            wait = 0
         mark = recovery.freed_mark()
         try:
-            outcome = await arun(client, self._operation(config, wait, keys, identifier, meta_text, client))
+            op = self._operation(config, wait, keys, identifier, meta_text, client, limit, dry_run)
+            outcome = await arun(client, op)
             if recovery.pending() or recovery.freed_mark() != mark:  # see try_acquire
                 refused = not isinstance(outcome, Granted)
                 if refused and await recovery.agive_back_partition(client, keys, mark):
-                    again = self._operation(config, 0, keys, identifier, meta_text, client)
+                    again = self._operation(config, 0, keys, identifier, meta_text, client, limit)
                     outcome = await arun(client, again)
                 recovery.kick()
         except SemaphoreBackendError:
@@ -236,7 +289,7 @@ class Semaphore:
         except BaseException:  # cancelled: see try_acquire
             await recovery.aforget_now(client, config, keys, identifier)
             raise
-        return self._outcome(outcome, config, key, keys, identifier, started)
+        return self._outcome(outcome, config, key, keys, identifier, started, wait)
 
     def acquire(
         self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
@@ -264,7 +317,7 @@ class Semaphore:
         lease, retry_after = self.try_acquire(key, wait, meta)
         if lease is None:
             assert retry_after is not None  # (None, retry_after) when refused
-            raise SemaphoreFull(self.name, retry_after, key)
+            raise SemaphoreFull(self.name, retry_after, key, retry_after.reason)
         try:
             yield lease
         finally:
@@ -278,7 +331,7 @@ class Semaphore:
         lease, retry_after = await self.atry_acquire(key, wait, meta)
         if lease is None:
             assert retry_after is not None  # (None, retry_after) when refused
-            raise SemaphoreFull(self.name, retry_after, key)
+            raise SemaphoreFull(self.name, retry_after, key, retry_after.reason)
         try:
             yield lease
         finally:
@@ -299,20 +352,122 @@ class Semaphore:
         op = inspection.holders(keys or self.partition(key), self._algorithm())
         return await arun(connection.get_async_client(), op)
 
-    def _status_op(self, key: str | None, keys: PartitionKeys | None) -> Operation[PartitionStatus]:
-        config = self.config
-        return inspection.status(
-            keys or self.partition(key), ALGORITHMS[config.algorithm], config.limit, config.timeout
-        )
+    def _status_op(
+        self, key: str | None, keys: PartitionKeys | None, config: SemaphoreConfig, limit: int
+    ) -> Operation[PartitionStatus]:
+        algorithm = ALGORITHMS[config.algorithm]
+        return inspection.status(keys or self.partition(key), algorithm, limit, config.timeout)
 
     def status(self, key: str | None = None, *, keys: PartitionKeys | None = None) -> PartitionStatus:
-        """A :class:`~django_semaphore.inspection.PartitionStatus` (limit, in use, free,
-        waiting) of partition ``key`` (or ``keys``)."""
-        return run(connection.get_client(), self._status_op(key, keys))
+        """A :class:`~django_semaphore.inspection.PartitionStatus` (limit in force, in use,
+        free, waiting) of partition ``key`` (or ``keys``)."""
+        config, client = self.config, connection.get_client()
+        limit = control.effective(config, client).limit
+        return run(client, self._status_op(key, keys, config, limit))
 
     async def astatus(self, key: str | None = None, *, keys: PartitionKeys | None = None) -> PartitionStatus:
         """The asyncio twin of :meth:`status`."""
-        return await arun(connection.get_async_client(), self._status_op(key, keys))
+        config, client = self.config, connection.get_async_client()
+        limit = (await control.aeffective(config, client)).limit
+        return await arun(client, self._status_op(key, keys, config, limit))
+
+    def waiters(self, key: str | None = None, *, keys: PartitionKeys | None = None) -> list[Waiter]:
+        """The callers queued for partition ``key``, in serving order (oldest ticket first).
+
+        Each :class:`~django_semaphore.inspection.Waiter` has its meta (the
+        caller's and the web layer's, as a holder's) and ``since``, when it
+        queued (server time).  Only "lua" queues waiters: for the Redis in
+        Action variants (their waiters poll, unseen) the list is always empty.
+        """
+        if not self._algorithm().queues:
+            return []
+        return run(connection.get_client(), inspection.waiters(keys or self.partition(key)))
+
+    async def awaiters(self, key: str | None = None, *, keys: PartitionKeys | None = None) -> list[Waiter]:
+        """The asyncio twin of :meth:`waiters`."""
+        if not self._algorithm().queues:
+            return []
+        return await arun(connection.get_async_client(), inspection.waiters(keys or self.partition(key)))
+
+    # -- runtime control (django_semaphore.control) ------------------------------
+
+    def effective(self, *, fresh: bool = False) -> Effective:
+        """The limit and mode in force in this process, and their ``source``
+        ("settings" or "override"): an :class:`~django_semaphore.control.Effective`.
+
+        From this process's cache of the overrides (every process applies a
+        change within a second); ``fresh=True`` reads Redis now.
+        """
+        config = self.config
+        if fresh:
+            return run(connection.get_client(), control.fresh(config))
+        return control.effective(config)
+
+    async def aeffective(self, *, fresh: bool = False) -> Effective:
+        """The asyncio twin of :meth:`effective`."""
+        config = self.config
+        if fresh:
+            return await arun(connection.get_async_client(), control.fresh(config))
+        return await control.aeffective(config)
+
+    def _changed(self, effective: Effective, user: Any) -> Effective:
+        signals.config_changed.send(
+            sender=type(self), semaphore=self, limit=effective.limit, mode=effective.mode, user=user
+        )
+        return effective
+
+    def override(self, limit: int | None = None, mode: str | None = None, *, user: Any = None) -> Effective:
+        """Override LIMIT and/or MODE at runtime, for every process (within a second).
+
+        Only the values given change: ``override(mode="dry_run")`` keeps an
+        earlier limit override.  ``limit`` is an int >= 0 (0 pauses the
+        semaphore: new callers are refused with reason "paused"; holders keep
+        their slots); ``mode`` one of "enforce", "dry_run", "off".  Bad values
+        raise ValueError and nothing is written; an unknown semaphore raises
+        ImproperlyConfigured.  ``user`` (who made the change) is stored with it
+        and passed on by the ``config_changed`` signal.  Returns the
+        configuration in force after the change.
+        """
+        control.validate(limit, mode)
+        effective = control.set_override(self.config, limit, mode, user)
+        return self._changed(effective, user)
+
+    async def aoverride(
+        self, limit: int | None = None, mode: str | None = None, *, user: Any = None
+    ) -> Effective:
+        """The asyncio twin of :meth:`override`."""
+        control.validate(limit, mode)
+        effective = await control.aset_override(self.config, limit, mode, user)
+        return self._changed(effective, user)
+
+    def clear_override(self, *, user: Any = None) -> Effective:
+        """Remove the runtime override: back to the settings' LIMIT and MODE, in every process."""
+        effective = control.set_override(self.config, None, None, user, clear=True)
+        return self._changed(effective, user)
+
+    async def aclear_override(self, *, user: Any = None) -> Effective:
+        """The asyncio twin of :meth:`clear_override`."""
+        effective = await control.aset_override(self.config, None, None, user, clear=True)
+        return self._changed(effective, user)
+
+    def passes_through(self) -> bool:
+        """True when the guards let callers through without touching Redis: SEMAPHORE_ENABLED
+        is False, or the mode in force is "off"."""
+        if not conf.enabled():
+            return True
+        config = self.config
+        if config.mode == "off":  # the settings say off: the cache only, never Redis
+            return control.cached(config).mode == "off"
+        return control.effective(config).mode == "off"
+
+    async def apasses_through(self) -> bool:
+        """The asyncio twin of :meth:`passes_through`."""
+        if not conf.enabled():
+            return True
+        config = self.config
+        if config.mode == "off":
+            return control.cached(config).mode == "off"
+        return (await control.aeffective(config)).mode == "off"
 
     def available(self, key: str | None = None) -> int:
         """How many slots of partition ``key`` are free now."""
@@ -352,7 +507,8 @@ class Semaphore:
     ) -> Operation[bool]:
         # The "lua" release whatever the algorithm: it removes the holder from
         # every key of the layout the algorithms share, and wakes a waiter.
-        return ALGORITHMS["lua"].release(keys or self.partition(key), self.config.limit, identifier)
+        limit = control.cached(self.config).limit
+        return ALGORITHMS["lua"].release(keys or self.partition(key), limit, identifier)
 
     def force_release(
         self, identifier: str, key: str | None = None, *, keys: PartitionKeys | None = None

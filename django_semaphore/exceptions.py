@@ -1,6 +1,29 @@
-"""Exceptions raised by django-semaphore."""
+"""Exceptions raised by django-semaphore, and the refusal's Retry-After."""
 
 from __future__ import annotations
+
+#: Why a caller was refused: no slot free (without waiting), its WAIT ran out,
+#: the queue was full (MAX_WAITERS, reserved), or the limit in force is 0.
+REASONS = ("full", "timeout", "queue_full", "paused")
+
+
+class RetryAfter(int):
+    """Retry-After seconds of a refusal, which also says why: ``reason``.
+
+    What :meth:`Semaphore.try_acquire <django_semaphore.core.Semaphore.try_acquire>`
+    returns for a refusal: an ``int`` (older callers use it as one) carrying
+    the refusal's reason (one of :data:`REASONS`).
+    """
+
+    reason: str
+
+    def __new__(cls, seconds: int, reason: str = "full") -> RetryAfter:
+        value = super().__new__(cls, seconds)
+        value.reason = reason
+        return value
+
+    def __repr__(self) -> str:
+        return f"RetryAfter({int(self)}, {self.reason!r})"
 
 
 class SemaphoreError(Exception):
@@ -12,14 +35,25 @@ class SemaphoreFull(SemaphoreError):
 
     ``retry_after`` is the number of whole seconds (>= 1, capped at the
     semaphore's TIMEOUT) until the earliest current lease expires; ``name`` is
-    the semaphore's name and ``key`` the partition value, if any.
+    the semaphore's name and ``key`` the partition value, if any.  ``reason``
+    says why: ``"full"`` (refused without waiting), ``"timeout"`` (waited
+    WAIT in vain), ``"queue_full"`` (MAX_WAITERS) or ``"paused"`` (the limit in
+    force is 0).  Without ``reason``, a :class:`RetryAfter` ``retry_after``
+    gives its own, else ``"full"``.
     """
 
-    def __init__(self, name: str, retry_after: int = 1, key: str | None = None) -> None:
+    def __init__(
+        self, name: str, retry_after: int = 1, key: str | None = None, reason: str | None = None
+    ) -> None:
         self.name = name
         self.retry_after = int(retry_after)
         self.key = key
-        super().__init__(f"Semaphore {name!r} has no free slot; retry after {self.retry_after}s.")
+        self.reason: str = reason or str(getattr(retry_after, "reason", "full"))
+        if self.reason == "paused":
+            message = f"Semaphore {name!r} is paused (limit 0); retry after {self.retry_after}s."
+        else:
+            message = f"Semaphore {name!r} has no free slot; retry after {self.retry_after}s."
+        super().__init__(message)
 
 
 class SemaphoreBackendError(SemaphoreError):

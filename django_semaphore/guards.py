@@ -99,7 +99,9 @@ class FunctionGuard:
     * ``refresh``: renew the lease while the function runs (None: the
       semaphore's AUTO_REFRESH, True unless configured otherwise).
 
-    The lease is released when the function returns or raises.  A Redis
+    With SEMAPHORE_ENABLED = False or MODE "off" in force, the function runs
+    without a slot and without a Redis call.  The lease is released when the
+    function returns or raises.  A Redis
     failure while acquiring raises :class:`SemaphoreBackendError` before the
     function runs; one while releasing is logged and not raised (the
     function's own result or exception wins, and the slot expires after
@@ -156,6 +158,8 @@ class FunctionGuard:
 
         @functools.wraps(func)
         def guarded(*args: Any, **kwargs: Any) -> Any:
+            if self.semaphore.passes_through():  # SEMAPHORE_ENABLED False, MODE "off"
+                return func(*args, **kwargs)
             key = self.partition(args, kwargs)
             lease, retry_after = self.semaphore.try_acquire(key, self.wait, meta)
             if lease is None:
@@ -177,6 +181,8 @@ class FunctionGuard:
 
         @functools.wraps(func)
         async def aguarded(*args: Any, **kwargs: Any) -> Any:
+            if await self.semaphore.apasses_through():  # SEMAPHORE_ENABLED False, MODE "off"
+                return await func(*args, **kwargs)
             key = self.partition(args, kwargs)
             lease, retry_after = await self.semaphore.atry_acquire(key, self.wait, meta)
             if lease is None:

@@ -28,6 +28,7 @@ from .scripting import LuaScript, Operation, Script
 STATUS = LuaScript("status")
 HOLDERS = LuaScript("holders")
 PURGE = LuaScript("purge")
+WAITERS = LuaScript("waiters")
 
 
 def to_datetime(ms: float) -> datetime.datetime:
@@ -42,6 +43,16 @@ class Holder(NamedTuple):
     token: int
     acquired_at: datetime.datetime | None  # None only for a malformed record
     expires_at: datetime.datetime
+    meta: dict[str, Any]
+
+
+class Waiter(NamedTuple):
+    """One caller queued for a slot ("lua"), as read from Redis."""
+
+    identifier: str
+    priority: int  # 0 for now (priorities come with PRIORITY)
+    permits: int  # 1 for now (PERMITS)
+    since: datetime.datetime  # when it queued (its ticket, server time)
     meta: dict[str, Any]
 
 
@@ -84,6 +95,33 @@ def holders(keys: PartitionKeys, algorithm: Algorithm) -> Operation[list[Holder]
     # can share a score, so the exact tokens settle the order.
     result.sort(key=lambda holder: holder.token)
     return result
+
+
+def waiters(keys: PartitionKeys) -> Operation[list[Waiter]]:
+    """The waiters of one partition in serving order, with live tickets only ("lua")."""
+    reply = yield Script(WAITERS, keys.main, ())
+    return [_parse_waiter(reply[i], reply[i + 1], reply[i + 2]) for i in range(1, len(reply), 3)]
+
+
+def _parse_waiter(identifier: Any, ticket: Any, raw_meta: Any) -> Waiter:
+    text = raw_meta.decode("utf-8", "replace") if isinstance(raw_meta, bytes) else str(raw_meta)
+    meta: Any
+    try:
+        meta = json.loads(text) if text else {}
+    except ValueError:
+        meta = {"raw": text}
+    number = ticket.decode() if isinstance(ticket, bytes) else str(ticket)
+    try:
+        since = to_datetime(float(number) / 1000.0)  # ticket numbers are server microseconds
+    except ValueError:
+        since = to_datetime(0)
+    return Waiter(
+        identifier.decode() if isinstance(identifier, bytes) else str(identifier),
+        0,
+        1,
+        since,
+        meta if isinstance(meta, dict) else {"raw": meta},
+    )
 
 
 def _parse_holder(identifier: Any, expires_ms: Any, record: Any) -> Holder:

@@ -13,6 +13,17 @@ Every key of one semaphore partition looks like::
   never share keys (``"x:owner"`` hashes differently from ``"x"``);
 * the key hash is ``_`` for the unpartitioned semaphore (``key=None``), which no
   digest can equal, so ``key=None`` and ``key=""`` are different partitions.
+
+Two more kinds of keys live under the prefix, outside any partition (no
+braces: each is its own cluster slot, and no partition SCAN pattern matches
+them):
+
+* ``<prefix>:control`` (:func:`control_key`): a HASH of the runtime overrides,
+  semaphore name -> JSON (:mod:`django_semaphore.control`).  It is
+  configuration, not a partition: it has no TTL.
+* ``<prefix>:stats:<name hash>:c`` and ``...:h`` (:func:`stats_keys`): the
+  recent refusals (a HASH of 10-second buckets) and hold times (a LIST) of one
+  semaphore (:mod:`django_semaphore.stats`), with a TTL of a few minutes.
 """
 
 from __future__ import annotations
@@ -43,6 +54,10 @@ QUEUE_DEADLINES = "d"  # ZSET waiter identifier -> ticket expiry (ms)
 LOCK = "l"  # STRING the fair_locked variant's lock
 RANKS = "r"  # ZSET scratch "fair" ranks live owners in; created and deleted in one MULTI
 WAKE = "w:"  # LIST per waiter: a push here wakes it (suffix + identifier)
+WAITERS = "m"  # HASH waiter identifier -> its meta json ("lua"), while it is queued
+
+CONTROL = "control"  # <prefix>:control, the runtime overrides
+STATS = "stats"  # <prefix>:stats:<name hash>:<c|h>
 
 
 def _digest(value: object, size: int) -> str:
@@ -79,13 +94,20 @@ class PartitionKeys:
 
     base: str
     # Derived once, not at every call: each acquire and release passes them.
-    main: tuple[str, str, str, str, str] = field(init=False, repr=False, compare=False)
+    main: tuple[str, str, str, str, str, str] = field(init=False, repr=False, compare=False)
     wake_prefix: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         base = self.base
         # Keys every script takes, in the order the scripts expect them.
-        main = (base + TIMEOUTS, base + OWNERS, base + HOLDS, base + QUEUE, base + QUEUE_DEADLINES)
+        main = (
+            base + TIMEOUTS,
+            base + OWNERS,
+            base + HOLDS,
+            base + QUEUE,
+            base + QUEUE_DEADLINES,
+            base + WAITERS,
+        )
         object.__setattr__(self, "main", main)
         object.__setattr__(self, "wake_prefix", base + WAKE)
 
@@ -134,6 +156,10 @@ class PartitionKeys:
         return self.base + QUEUE_DEADLINES
 
     @property
+    def waiters(self) -> str:
+        return self.base + WAITERS
+
+    @property
     def lock(self) -> str:
         return self.base + LOCK
 
@@ -177,3 +203,14 @@ def timeouts_pattern(prefix: str, name: str | None = None) -> str:
     if name is None:
         return f"{glob_escape(prefix)}:*:{{*}}:{TIMEOUTS}"
     return f"{glob_escape(prefix)}:{glob_escape(slug(name))}:{{{name_hash(name)}.*}}:{TIMEOUTS}"
+
+
+def control_key(prefix: str) -> str:
+    """The HASH of the runtime overrides under ``prefix`` (no TTL: configuration)."""
+    return f"{prefix}:{CONTROL}"
+
+
+def stats_keys(prefix: str, name: str) -> tuple[str, str]:
+    """The recent-stats keys of semaphore ``name``: (refusal counts HASH, hold times LIST)."""
+    base = f"{prefix}:{STATS}:{name_hash(name)}:"
+    return base + "c", base + "h"

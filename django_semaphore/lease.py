@@ -12,9 +12,10 @@ from __future__ import annotations
 import datetime
 import os
 import threading
+import time
 from typing import TYPE_CHECKING
 
-from . import connection, recovery, signals
+from . import connection, control, recovery, signals, stats
 from .algorithms import ALGORITHMS, Algorithm, Granted
 from .inspection import to_datetime
 from .keys import PartitionKeys
@@ -44,6 +45,8 @@ class Lease:
         "waited",
         "keys",
         "config",
+        "over_limit",
+        "_started",
         "_done",
         "_lost",
         "_retrying",
@@ -72,6 +75,9 @@ class Lease:
         self.keys = keys
         #: The semaphore's configuration when the slot was granted (TIMEOUT, algorithm...).
         self.config = config
+        #: True only in MODE "dry_run" (or "off") when enforcing would have refused this caller.
+        self.over_limit = granted.over_limit
+        self._started = time.monotonic()  # for the hold time (stats)
         self._done = False
         self._lost = False
         self._retrying = False  # a release went unanswered: recovery retries it
@@ -138,6 +144,8 @@ class Lease:
         if not already:
             if not held and not retried:
                 self._mark_lost()
+            elif held and not retried:  # a hold that ended with its release: its length
+                stats.record_hold(self.semaphore.name, time.monotonic() - self._started)
             signals.released.send(
                 sender=type(self.semaphore), semaphore=self.semaphore, lease=self, held=held
             )
@@ -162,7 +170,9 @@ class Lease:
 
     def _release_op(self) -> Operation[bool]:
         # acquired_ms lets "lua" record the hold time (for Retry-After estimates).
-        return self._algorithm.release(self.keys, self.config.limit, self.identifier, self.acquired_ms)
+        # The limit in force (an override) decides how many waiters to wake.
+        limit = control.cached(self.config).limit
+        return self._algorithm.release(self.keys, limit, self.identifier, self.acquired_ms)
 
     def _usable(self) -> bool:
         return not (self._done or self._lost or self._pid != os.getpid())

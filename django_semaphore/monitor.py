@@ -3,6 +3,11 @@
 Nothing here writes to Redis except :func:`cleanup`, which only runs the
 purge script (expired entries only, never a live holder).  Partitions are
 found by :mod:`~django_semaphore.discovery` (SCAN on every primary, never KEYS).
+Beside the partitions, a view carries the semaphore's runtime control (the
+effective limit and mode, and whether they come from settings or an
+override) and its figures of the last five minutes from
+:mod:`~django_semaphore.stats` (every process's, flushed to Redis): all read
+when an overview is asked for, never on the acquire path.
 """
 
 from __future__ import annotations
@@ -15,17 +20,21 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from . import conf, connection, discovery, inspection, partitions
+from . import conf, connection, discovery, inspection, partitions, stats
 from .algorithms import ALGORITHMS, Algorithm
+from .control import Effective
 from .core import Semaphore, semaphores
 from .discovery import Found
-from .inspection import Holder
+from .inspection import Holder, Waiter
 from .keys import UNPARTITIONED, PartitionKeys
 from .scripting import run
+from .stats import Recent
 from .validation import SemaphoreConfig
 
 #: How many partitions of one semaphore an overview reads (busiest first).
 MAX_PARTITIONS = 100
+#: Waiters listed per partition on a semaphore's page (serving order).
+MAX_WAITERS_SHOWN = 50
 
 
 def describe_key(config: SemaphoreConfig) -> str:
@@ -54,6 +63,7 @@ class PartitionView:
     waiting: int
     retry_after: int
     holders: list[Holder] = field(default_factory=list)
+    waiters: list[Waiter] = field(default_factory=list)
 
     @property
     def free(self) -> int:
@@ -89,6 +99,7 @@ class PartitionView:
         }
         if holders:
             data["holders"] = [holder_dict(h, now) for h in self.holders]
+            data["waiters"] = [waiter_dict(w, now) for w in self.waiters]
         return data
 
 
@@ -97,13 +108,18 @@ class SemaphoreView:
     """A configured semaphore and its partitions (busiest first)."""
 
     name: str
-    limit: int = 0
+    limit: int = 0  # the limit in force (an override's, else LIMIT)
     timeout: float = 0
     algorithm: str = ""
     partitioned_by: str = ""
     partitions: list[PartitionView] = field(default_factory=list)
     hidden: int = 0  # partitions not read (beyond MAX_PARTITIONS)
     error: str = ""
+    mode: str = ""  # the mode in force
+    source: str = ""  # where limit and mode come from: "settings" or "override"
+    settings_limit: int = 0  # LIMIT and MODE as settings have them
+    settings_mode: str = ""
+    recent: Recent | None = None  # the last five minutes, every process
 
     @property
     def in_use(self) -> int:
@@ -113,17 +129,104 @@ class SemaphoreView:
     def waiting(self) -> int:
         return sum(p.waiting for p in self.partitions)
 
+    @property
+    def overridden(self) -> bool:
+        return self.source == "override"
+
+    @property
+    def paused(self) -> bool:
+        return not self.error and self.limit == 0
+
+    @property
+    def hold_p50(self) -> str:
+        """The median hold time of recent leases, for display ("" without samples)."""
+        return format_seconds(self.recent.hold_p50 if self.recent else None)
+
+    @property
+    def hold_p95(self) -> str:
+        return format_seconds(self.recent.hold_p95 if self.recent else None)
+
     def as_dict(self, now: datetime.datetime | None = None, holders: bool = False) -> dict[str, Any]:
         return {
             "name": self.name,
             "limit": self.limit,
+            "mode": self.mode,
+            "source": self.source,
+            "settings": {"limit": self.settings_limit, "mode": self.settings_mode},
             "timeout": self.timeout,
             "algorithm": self.algorithm,
             "partitioned_by": self.partitioned_by,
             "error": self.error,
+            "waiting": self.waiting,
+            "recent": recent_dict(self.recent),
             "hidden_partitions": self.hidden,
             "partitions": [p.as_dict(now, holders) for p in self.partitions],
         }
+
+
+def format_seconds(seconds: float | None) -> str:
+    """``0.042`` -> ``"42 ms"``, ``3.5`` -> ``"3.5 s"``; ``""`` for None."""
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def recent_dict(recent: Recent | None) -> dict[str, Any] | None:
+    """The figures of the last five minutes for JSON (None if they were not read)."""
+    if recent is None:
+        return None
+    return {
+        "window_seconds": stats.WINDOW,
+        "refused": recent.refused,
+        "dry_run_refused": recent.dry_run_refused,
+        "hold_p50": recent.hold_p50,
+        "hold_p95": recent.hold_p95,
+        "hold_samples": recent.samples,
+    }
+
+
+def describe_change(old: Effective, new: Effective) -> str:
+    """``"limit 5 -> 2, mode enforce -> dry_run"``: a runtime control change, for logs and output."""
+    return f"limit {old.limit} -> {new.limit}, mode {old.mode} -> {new.mode}"
+
+
+@dataclass
+class Totals:
+    """The figures of every semaphore together (the list page's first line)."""
+
+    semaphores: int = 0
+    in_use: int = 0
+    waiting: int = 0
+    refused: int = 0
+    dry_run_refused: int = 0
+    overridden: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "semaphores": self.semaphores,
+            "in_use": self.in_use,
+            "waiting": self.waiting,
+            "refused": self.refused,
+            "dry_run_refused": self.dry_run_refused,
+            "overridden": self.overridden,
+        }
+
+
+def totals(views: Iterable[SemaphoreView]) -> Totals:
+    """Sum the figures of ``views`` (cluster-wide: every process's, as Redis has them)."""
+    total = Totals()
+    for view in views:
+        total.semaphores += 1
+        total.in_use += view.in_use
+        total.waiting += view.waiting
+        if view.recent is not None:
+            total.refused += view.recent.refused
+            total.dry_run_refused += view.recent.dry_run_refused
+        if view.overridden:
+            total.overridden.append(view.name)
+    return total
 
 
 def expires_in(holder: Holder, now: datetime.datetime | None = None) -> int:
@@ -140,6 +243,18 @@ def holder_dict(holder: Holder, now: datetime.datetime | None = None) -> dict[st
         "expires_at": holder.expires_at.isoformat(),
         "expires_in": expires_in(holder, now),
         "meta": holder.meta,
+    }
+
+
+def waiter_dict(waiter: Waiter, now: datetime.datetime | None = None) -> dict[str, Any]:
+    """A waiter for JSON: since when, priority, permits and meta. Never its identifier."""
+    now = now or timezone.now()
+    return {
+        "since": waiter.since.isoformat(),
+        "waited": max(0.0, round((now - waiter.since).total_seconds(), 3)),
+        "priority": waiter.priority,
+        "permits": waiter.permits,
+        "meta": waiter.meta,
     }
 
 
@@ -164,6 +279,8 @@ def _partition_view(sem: Semaphore, keys: PartitionKeys) -> PartitionView:
 def _add_holders(sem: Semaphore, view: PartitionView, keys: PartitionKeys) -> None:
     view.holders = sem.holders(keys=keys)
     view.label = _label(view.key_hash, view.holders)
+    if view.waiting:
+        view.waiters = sem.waiters(keys=keys)[:MAX_WAITERS_SHOWN]
 
 
 def read_semaphore(
@@ -184,7 +301,8 @@ def read_semaphore(
     except ImproperlyConfigured as exc:
         view.error = str(exc)
         return view
-    view.limit, view.timeout, view.algorithm = config.limit, config.timeout, config.algorithm
+    view.timeout, view.algorithm = config.timeout, config.algorithm
+    view.settings_limit, view.settings_mode = config.limit, config.mode
     view.partitioned_by = describe_key(config)
     sem = Semaphore(name)
     if key_hash is not None:
@@ -204,6 +322,10 @@ def read_semaphore(
         else:
             partition.label = _label(partition.key_hash, [])
     view.partitions = [partition for partition, _ in rows]
+    # After the partitions: with Redis down, the first read has already failed.
+    effective = sem.effective()
+    view.limit, view.mode, view.source = effective.limit, effective.mode, effective.source
+    view.recent = stats.recent(sem)
     return view
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import conf, validation
+from . import conf, control, validation
 from .core import Semaphore
 
 if TYPE_CHECKING:
@@ -75,11 +75,20 @@ def resolve(request: HttpRequest, needs: Iterable[Need]) -> list[Item]:
     Taking every request's semaphores in one order (by name, then partition
     value) is what keeps two requests that need the same pair from
     deadlocking.  KEY callables run here, so an async caller loads the user first.
+
+    A semaphore whose mode in force is "off" (or every one, with
+    SEMAPHORE_ENABLED = False) is left out: the request passes it without a
+    Redis call.  The mode comes from the settings and the cache of the
+    overrides, never from Redis here (this runs on the event loop too).
     """
     items: list[Item] = []
     seen: set[tuple[str, str | None]] = set()
+    if not conf.enabled():
+        return items
     for need in needs:
         config = conf.get_config(need.name)
+        if control.cached(config).mode == "off":
+            continue
         func = need.key_function(config)
         key = None if func is None else str(func(request))
         wait = config.wait if need.wait is None else need.wait

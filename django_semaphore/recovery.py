@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from . import connection
+from . import connection, control
 from .algorithms import ALGORITHMS
 from .exceptions import SemaphoreBackendError
 from .keys import PartitionKeys
@@ -86,8 +86,9 @@ def forget(config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> Ope
     """Undo an acquire whose answer was lost: release a slot it may hold, drop
     its ticket; True if it held a slot."""
     algorithm = ALGORITHMS[config.algorithm]
-    held = yield from algorithm.release(keys, config.limit, identifier)
-    yield from algorithm.abandon(keys, config.limit, identifier)  # a no-op without a queue
+    limit = control.cached(config).limit  # the limit in force decides whom to wake
+    held = yield from algorithm.release(keys, limit, identifier)
+    yield from algorithm.abandon(keys, limit, identifier)  # a no-op without a queue
     return held
 
 
@@ -117,7 +118,8 @@ class Entry:
     def operation(self) -> Operation[bool]:
         """The Redis operation that finishes this work; True if a slot was held."""
         if self.is_release:
-            return ALGORITHMS[self.config.algorithm].release(self.keys, self.config.limit, self.identifier)
+            limit = control.cached(self.config).limit
+            return ALGORITHMS[self.config.algorithm].release(self.keys, limit, self.identifier)
         return forget(self.config, self.keys, self.identifier)
 
 

@@ -4,7 +4,9 @@ The first four are sent with ``sender=Semaphore`` and the keyword ``semaphore``
 (the :class:`~django_semaphore.core.Semaphore`), plus:
 
 * ``acquired``: ``lease``, ``waited`` (seconds spent queueing);
-* ``refused``: ``key`` (partition value), ``retry_after`` (seconds), ``waited``;
+* ``refused``: ``key`` (partition value), ``retry_after`` (seconds), ``waited``,
+  ``dry_run`` (True: MODE "dry_run" or "off" admitted a caller that enforcing
+  would have refused; it holds a slot, with ``lease.over_limit``);
 * ``released``: ``lease``, ``held`` (False if the slot had been lost before);
 * ``lease_lost``: ``lease`` — a refresh or release found the slot gone
   (expired, purged, force-released, or Redis lost it). Sent once per lease.
@@ -15,6 +17,11 @@ The first four are sent with ``sender=Semaphore`` and the keyword ``semaphore``
   its sender is :class:`~django_semaphore.SemaphoreBackendError` (not
   Semaphore) and it has no ``semaphore`` keyword; sent with ``send_robust``,
   so a failing receiver never hides the error.
+* ``config_changed``: sender=Semaphore; ``semaphore``, ``limit`` and ``mode``
+  (the effective values after the change) and ``user`` (who made it: None
+  outside the admin) — a runtime override was set or cleared
+  (:meth:`Semaphore.override <django_semaphore.core.Semaphore.override>`).
+  Sent by the process that made the change only.
 """
 
 from django.dispatch import Signal
@@ -24,3 +31,4 @@ refused = Signal()
 released = Signal()
 lease_lost = Signal()
 backend_failed = Signal()
+config_changed = Signal()

@@ -37,10 +37,14 @@ ENTRY_DEFAULTS: dict[str, Any] = {
     "PATHS": [],
     "URL_NAMES": [],
     "METHODS": None,
+    "MODE": "enforce",
 }
 ENTRY_OPTIONS = frozenset(ENTRY_DEFAULTS) | {"LIMIT"}
 
 ALGORITHM_NAMES = ("lua", "fair_locked", "fair", "basic")
+#: MODE: "enforce" refuses and queues; "dry_run" admits everyone and records
+#: would-be refusals; "off": guards pass through without touching Redis.
+MODES = ("enforce", "dry_run", "off")
 OVER_ADMITTING = ("fair", "basic")
 NAMED_KEYS: dict[str, KeyFunc] = {"ip": partitions.by_ip, "user": partitions.by_user}
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
@@ -79,6 +83,7 @@ class SemaphoreConfig:
     paths: tuple[re.Pattern[str], ...] = ()  # compiled regexes
     url_names: frozenset[str] = frozenset()
     methods: frozenset[str] | None = None
+    mode: str = "enforce"  # MODE in settings (a runtime override may replace it)
 
     @property
     def timeout_ms(self) -> int:
@@ -348,12 +353,26 @@ def validate_methods(entry: str, value: object) -> Checked[frozenset[str] | None
     ]
 
 
+def validate_mode(entry: str, value: object) -> Checked[str]:
+    """E018: MODE, one of MODES."""
+    if isinstance(value, str) and value in MODES:
+        return value, []
+    return "enforce", [
+        Problem(
+            "django_semaphore.E018",
+            f"{entry}['MODE'] is {value!r}, which is not a mode.",
+            f"Use one of {', '.join(map(repr, MODES))}; 'enforce' is the default "
+            "('dry_run' records would-be refusals without refusing anyone).",
+        )
+    ]
+
+
 def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, list[Problem]]:
     """Validate one SEMAPHORES entry: (its SemaphoreConfig, or None if it has an error; problems).
 
     The problems, warnings included, come in a fixed order: unknown options,
-    then LIMIT, TIMEOUT, WAIT, ALGORITHM, KEY, AUTO_REFRESH, PATHS, URL_NAMES
-    and METHODS (the order the system checks list them in).
+    then LIMIT, TIMEOUT, WAIT, ALGORITHM, KEY, AUTO_REFRESH, PATHS, URL_NAMES,
+    METHODS and MODE (the order the system checks list them in).
     """
     entry = where(name)
     shape = validate_shape(name, raw)
@@ -370,6 +389,7 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
     paths = _collect(problems, validate_paths(entry, opts["PATHS"]))
     url_names = _collect(problems, validate_url_names(entry, opts["URL_NAMES"]))
     methods = _collect(problems, validate_methods(entry, opts["METHODS"]))
+    mode = _collect(problems, validate_mode(entry, opts["MODE"]))
     if limit is None or any(not p.warning for p in problems):
         return None, problems
     config = SemaphoreConfig(
@@ -383,6 +403,7 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
         paths=paths,
         url_names=url_names,
         methods=methods,
+        mode=mode,
     )
     return config, problems
 
@@ -418,6 +439,19 @@ def validate_fail_open(value: object) -> list[Problem]:
             "django_semaphore.E015",
             f"SEMAPHORE_FAIL_OPEN is {value!r}; it must be True or False.",
             "False answers 503 when Redis is unreachable; True lets requests through unguarded.",
+        )
+    ]
+
+
+def validate_enabled(value: object) -> list[Problem]:
+    """E019: SEMAPHORE_ENABLED, True or False."""
+    if isinstance(value, bool):
+        return []
+    return [
+        Problem(
+            "django_semaphore.E019",
+            f"SEMAPHORE_ENABLED is {value!r}; it must be True or False.",
+            "True guards as configured; False lets every guard pass through without touching Redis.",
         )
     ]
 
@@ -513,6 +547,7 @@ def validate_global(values: Mapping[str, Any], caches: Mapping[str, Any]) -> lis
     return [
         *validate_key_prefix(values["SEMAPHORE_KEY_PREFIX"]),
         *validate_fail_open(values["SEMAPHORE_FAIL_OPEN"]),
+        *validate_enabled(values.get("SEMAPHORE_ENABLED", True)),
         *validate_redis(values["SEMAPHORE_REDIS"], caches),
         *validate_reject_view(values["SEMAPHORE_REJECT_VIEW"]),
         *validate_semaphores(values["SEMAPHORES"]),
@@ -528,6 +563,7 @@ _GLOBAL_SETTINGS = {
     "django_semaphore.E015": "SEMAPHORE_FAIL_OPEN",
     "django_semaphore.E016": "SEMAPHORE_REJECT_VIEW",
     "django_semaphore.E017": "SEMAPHORE_REDIS",
+    "django_semaphore.E019": "SEMAPHORE_ENABLED",
 }
 
 

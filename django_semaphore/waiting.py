@@ -29,6 +29,7 @@ Algorithms without a queue (the Redis in Action variants) wait by polling.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from .algorithms import Algorithm, Granted, Outcome, Refused
 from .connection import socket_timeout
@@ -64,14 +65,19 @@ def wait_ops(
     meta_json: str,
     wait: float,
     client: Client,
+    limit_of: Callable[[], int] | None = None,
 ) -> Operation[Outcome]:
     """One acquire that may wait ``wait`` seconds, as a generator of requests;
     returns the last outcome.  ``client`` is the one the operation runs on
-    (its read timeout caps a blocking wait)."""
+    (its read timeout caps a blocking wait).  ``limit_of`` gives the limit in
+    force at each attempt (a runtime override may change it while a caller
+    waits); without it, ``limit`` throughout."""
     deadline = time.monotonic() + wait
     ticket_ms = TICKET_MS if algorithm.queues else 0
     ticket = ""  # our place in the queue, once we have one
     while True:
+        if limit_of is not None:
+            limit = limit_of()
         outcome = yield from algorithm.acquire(
             keys, limit, timeout_ms, identifier, meta_json, ticket_ms, ticket
         )
@@ -86,5 +92,7 @@ def wait_ops(
             yield Command(("BLPOP", keys.wake(identifier), timeout))
         else:
             yield Sleep(max(MIN_BLOCK, min(remaining, POLL, outcome.retry_after_ms / 1000.0)))
+    if limit_of is not None:
+        limit = limit_of()
     yield from algorithm.abandon(keys, limit, identifier)  # a no-op without a queue
     return outcome

@@ -13,6 +13,8 @@ import uuid
 import pytest
 import redis
 
+from django_semaphore import signals
+
 pytest_plugins = ["tests.fixtures_redis"]
 
 _SESSION = uuid.uuid4().hex[:8]
@@ -64,3 +66,26 @@ def subprocess_env(redis_url, key_prefix):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     env["PYTHON"] = sys.executable
     return env
+
+
+@pytest.fixture
+def received():
+    """Every acquired/refused/released/lease_lost signal sent during the test: (signal name, kwargs)."""
+    seen = []
+    receivers = {}
+    for name in ("acquired", "refused", "released", "lease_lost"):
+
+        def receiver(sender, _name=name, **kwargs):
+            seen.append((_name, kwargs))
+
+        receivers[name] = receiver
+        getattr(signals, name).connect(receiver, weak=False)
+    yield seen
+    for name, receiver in receivers.items():
+        getattr(signals, name).disconnect(receiver)
+
+
+@pytest.fixture
+def events(received):
+    """The ``received`` record, under the name the web-layer tests give it."""
+    return received

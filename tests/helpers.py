@@ -1,6 +1,18 @@
-"""Small helpers shared by the engine tests."""
+"""Small helpers shared by the test modules."""
 
+import asyncio
+import json
+import os
 import time
+from io import StringIO
+
+import redis.cluster
+from django.core.management import call_command
+from django.core.signals import request_finished
+from django.db import close_old_connections
+
+#: The repository's root (README.rst, docs/, testproject/, the package).
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def wait_until(predicate, timeout=10.0, interval=0.02, message="condition"):
@@ -13,6 +25,15 @@ def wait_until(predicate, timeout=10.0, interval=0.02, message="condition"):
         if time.monotonic() >= deadline:
             raise AssertionError(f"{message} not reached within {timeout}s")
         time.sleep(interval)
+
+
+async def until(predicate, timeout=10.0, message="condition", interval=0.02):
+    """Await ``predicate()`` (a coroutine function) becoming true; fail after ``timeout`` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        if asyncio.get_running_loop().time() >= deadline:
+            raise AssertionError(f"{message} not reached within {timeout}s")
+        await asyncio.sleep(interval)
 
 
 def max_overlap(intervals):
@@ -31,3 +52,63 @@ def max_overlap(intervals):
             levels.append(open_now)
         peak = max(peak, open_now)
     return peak, levels
+
+
+# -- signals --------------------------------------------------------------------------
+
+
+def names_of(seen, name):
+    """The kwargs of every ``name`` signal in ``seen`` (the ``received`` fixture's record)."""
+    return [kwargs for signal, kwargs in seen if signal == name]
+
+
+# -- responses ------------------------------------------------------------------------
+
+
+def body(response):
+    """A response's JSON body."""
+    return json.loads(response.content)
+
+
+def close(response):
+    """Close like a server would, without request_finished touching the test database."""
+    request_finished.disconnect(close_old_connections)
+    try:
+        response.close()
+    finally:
+        request_finished.connect(close_old_connections)
+
+
+# -- management commands and expired leases ---------------------------------------------
+
+
+def run_command(*args, **options):
+    """``call_command(*args)``: the lines it wrote to stdout."""
+    out = StringIO()
+    call_command(*args, stdout=out, stderr=StringIO(), **options)
+    return out.getvalue().splitlines()
+
+
+def server_ms(client, key):
+    """The Redis clock (ms) of the server holding ``key``; ``client`` a Redis or RedisCluster client."""
+    if isinstance(client, redis.cluster.RedisCluster):
+        client = client.get_node_from_key(key).redis_connection
+    seconds, micros = client.time()
+    return seconds * 1000 + micros / 1000
+
+
+def wait_until_expired(client, *partitions):
+    """Block until the Redis clock is past every lease in ``partitions`` (PartitionKeys).
+
+    The keys are PERSISTed first: their TTL (lease + 1 s) must not remove them
+    before the cleanup under test sees the expired entries on a slow machine.
+    ``client`` is a plain Redis or RedisCluster client.
+    """
+    for keys in partitions:
+        for key in (keys.timeouts, keys.owners, keys.holds):
+            client.persist(key)
+        scores = client.zrange(keys.timeouts, 0, -1, withscores=True)
+        assert scores, f"no lease in {keys.base}"
+        deadline = max(score for _, score in scores) + 1
+        while (left_ms := deadline - server_ms(client, keys.timeouts)) >= 0:
+            time.sleep(left_ms / 1000)

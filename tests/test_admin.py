@@ -1,34 +1,37 @@
 """The admin pages, through Django's test client against the real Redis.
 
-The browser tests (tests/test_admin_browser.py) drive the same pages in
-Chromium; these cover permissions, JSON, LogEntry and error paths fast.
+The browser tests (tests/system/test_admin_browser.py) drive the same pages in
+Chromium; these cover permissions, JSON, LogEntry and error paths fast, and
+SemaphoreAdmin registered on an AdminSite of one's own.
 """
 
 import os
 import threading
 import time
 from html.parser import HTMLParser
-from io import StringIO
 
 import pytest
+from django.contrib.admin import AdminSite
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
-from django.core.management import call_command
-from django.urls import reverse
+from django.urls import path, reverse
 
 from django_semaphore import semaphores
+from django_semaphore.admin import SemaphoreAdmin
 from django_semaphore.keys import key_hash
-from tests.test_commands import wait_until_expired
-
-# Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py),
-# except those that talk to the single server directly.
-pytestmark = pytest.mark.usefixtures("backend")
+from django_semaphore.models import Semaphore
+from tests.helpers import wait_until_expired
 
 LIST_URL = "/admin/django_semaphore/semaphore/"
 SEMAPHORES = {
     "reports": {"LIMIT": 2, "TIMEOUT": 30},
     "per-user": {"LIMIT": 1, "TIMEOUT": 30, "KEY": "user"},
 }
+
+
+# Every test but test_custom_site (at the end) runs on a single server and on a
+# Redis Cluster (its ``backend`` mark, tests/fixtures_redis.py), except those
+# that talk to the single server directly.
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +73,7 @@ def leases():
         lease.release()
 
 
+@pytest.mark.usefixtures("backend")
 def test_anonymous_is_sent_to_login(client):
     response = client.get(LIST_URL)
     assert response.status_code == 302
@@ -78,6 +82,7 @@ def test_anonymous_is_sent_to_login(client):
     assert client.post(LIST_URL + "reports/release/", {"partition": "_", "token": "1"}).status_code == 302
 
 
+@pytest.mark.usefixtures("backend")
 def test_staff_without_permission_gets_403_and_no_index_entry(client, db):
     client.force_login(_staff("nobody"))
     assert client.get(LIST_URL).status_code == 403
@@ -89,6 +94,7 @@ def test_staff_without_permission_gets_403_and_no_index_entry(client, db):
     assert LIST_URL not in index.content.decode()
 
 
+@pytest.mark.usefixtures("backend")
 def test_list_page_figures(client, viewer, leases):
     client.force_login(viewer)
     index = client.get("/admin/").content.decode()
@@ -118,6 +124,7 @@ def test_list_page_figures(client, viewer, leases):
     assert 'data-partition="_"' in data["html"]
 
 
+@pytest.mark.usefixtures("backend")
 def test_view_only_user_sees_meta_but_no_identifier_and_no_button(client, viewer, leases):
     client.force_login(viewer)
     response = client.get(LIST_URL + "reports/")
@@ -141,6 +148,7 @@ def test_view_only_user_sees_meta_but_no_identifier_and_no_button(client, viewer
     assert len(semaphores["reports"].holders()) == 2
 
 
+@pytest.mark.usefixtures("backend")
 def test_change_user_force_releases_by_token_and_it_is_logged(client, changer, leases):
     client.force_login(changer)
     html = client.get(LIST_URL + "reports/").content.decode()
@@ -166,6 +174,7 @@ def test_change_user_force_releases_by_token_and_it_is_logged(client, changer, l
     assert "no longer holds a slot" in client.get(LIST_URL + "reports/").content.decode()
 
 
+@pytest.mark.usefixtures("backend")
 def test_force_release_in_a_partition(client, changer, leases):
     client.force_login(changer)
     partition = key_hash("user:7")
@@ -184,6 +193,7 @@ def test_force_release_in_a_partition(client, changer, leases):
     assert len(semaphores["reports"].holders()) == 2
 
 
+@pytest.mark.usefixtures("backend")
 def test_bad_requests(client, changer, leases):
     client.force_login(changer)
     assert client.get(LIST_URL + "nope/").status_code == 404
@@ -194,6 +204,7 @@ def test_bad_requests(client, changer, leases):
     assert len(semaphores["reports"].holders()) == 2
 
 
+@pytest.mark.usefixtures("backend")
 def test_csrf_is_enforced(changer, leases):
     from django.test import Client
 
@@ -204,6 +215,7 @@ def test_csrf_is_enforced(changer, leases):
     assert len(semaphores["reports"].holders()) == 2
 
 
+@pytest.mark.usefixtures("backend")
 def test_purge_expired_button(client, changer, settings, raw_redis):
     settings.SEMAPHORES = {"reports": {"LIMIT": 2, "TIMEOUT": 30}, "quick": {"LIMIT": 2, "TIMEOUT": 0.2}}
     live = semaphores["reports"].acquire()
@@ -219,6 +231,7 @@ def test_purge_expired_button(client, changer, settings, raw_redis):
     assert LogEntry.objects.filter(object_id="quick").count() == 1
 
 
+@pytest.mark.usefixtures("backend")
 def test_redis_down_shows_an_error_not_a_500(client, viewer, settings):
     from tests.servers import free_port
 
@@ -230,11 +243,13 @@ def test_redis_down_shows_an_error_not_a_500(client, viewer, settings):
     assert client.get(LIST_URL + "reports/status.json").json()["error"]
 
 
+@pytest.mark.usefixtures("backend")
 def test_reverse_names(db):
     assert reverse("admin:django_semaphore_semaphore_changelist") == LIST_URL
     assert reverse("admin:django_semaphore_semaphore_change", args=["reports"]) == LIST_URL + "reports/"
 
 
+@pytest.mark.usefixtures("backend")
 def test_user_pk_in_meta_is_shown_with_the_username(client, viewer):
     lease = semaphores["reports"].acquire(meta={"user": str(viewer.pk), "method": "GET", "path": "/x/"})
     try:
@@ -245,6 +260,7 @@ def test_user_pk_in_meta_is_shown_with_the_username(client, viewer):
     assert f'>viewer <span class="sema-muted">({viewer.pk})</span></td>' in html
 
 
+@pytest.mark.usefixtures("backend")
 @pytest.mark.parametrize("backend", ["cluster"], indirect=True)
 def test_pages_on_a_cluster(client, changer, backend):
     per_user = semaphores["per-user"]
@@ -265,6 +281,7 @@ def test_pages_on_a_cluster(client, changer, backend):
             lease.release()
 
 
+@pytest.mark.usefixtures("backend")
 def test_a_semaphore_with_bad_settings_shows_its_error(client, viewer, settings):
     settings.SEMAPHORES = {**SEMAPHORES, "broken": {"LIMIT": 0}}
     client.force_login(viewer)
@@ -273,12 +290,7 @@ def test_a_semaphore_with_bad_settings_shows_its_error(client, viewer, settings)
     assert 'data-semaphore="reports"' in html
 
 
-def test_the_migration_matches_the_model(db):
-    out = StringIO()
-    call_command("makemigrations", "django_semaphore", "--check", "--dry-run", stdout=out)
-    assert "No changes detected" in out.getvalue()
-
-
+@pytest.mark.usefixtures("backend")
 def test_waiting_callers_are_counted(client, viewer, settings):
     settings.SEMAPHORES = {**SEMAPHORES, "queued": {"LIMIT": 1, "TIMEOUT": 30, "WAIT": 30}}
     queued = semaphores["queued"]
@@ -357,6 +369,7 @@ def holder_row(html, token):
     return {key: (dt, dd, title) for key, dt, dd, title in parser.items}, "".join(parser.text)
 
 
+@pytest.mark.usefixtures("backend")
 def test_every_meta_key_and_value_is_shown_in_the_holder_row(client, viewer):
     meta = {
         "job": "nightly-report",
@@ -414,6 +427,7 @@ def _host():
     return socket.gethostname()
 
 
+@pytest.mark.usefixtures("backend")
 def test_partition_key_and_user_are_shown_too(client, viewer):
     lease = semaphores["per-user"].acquire(key="user:7", meta={"user": str(viewer.pk), "job": "sync"})
     try:
@@ -431,6 +445,7 @@ HOSTILE_KEY = '<script>alert("k")</script>'
 HOSTILE_VALUE = "<img src=x onerror=alert(1)>\"'&"
 
 
+@pytest.mark.usefixtures("backend")
 def test_hostile_and_long_meta_is_escaped_and_bounded(client, viewer):
     long_value = "v" * 5000 + "-END"
     long_key = "k" * 300
@@ -454,3 +469,48 @@ def test_hostile_and_long_meta_is_escaped_and_bounded(client, viewer):
     assert len(items[long_key][0]) <= 40
     # Short values need no tooltip.
     assert items[HOSTILE_KEY][2] is None
+
+
+# -- SemaphoreAdmin on a custom AdminSite (this module is also that test's URLconf) -------------
+
+
+class OpsSite(AdminSite):
+    site_header = "Ops console"
+    site_title = "Ops"
+
+
+ops_site = OpsSite(name="ops")
+ops_site.register(Semaphore, SemaphoreAdmin)
+
+urlpatterns = [path("ops/", ops_site.urls)]
+
+
+@pytest.fixture
+def ops_semaphores(settings):
+    settings.SEMAPHORES = {"reports": {"LIMIT": 2, "TIMEOUT": 30}}
+
+
+@pytest.mark.urls(__name__)
+@pytest.mark.usefixtures("ops_semaphores")
+def test_custom_site(client, db):
+    assert client.get("/ops/django_semaphore/semaphore/").status_code == 302
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    lease = semaphores["reports"].acquire(meta={"user": "alice"})
+    try:
+        index = client.get("/ops/").content.decode()
+        assert "Ops console" in index and "/ops/django_semaphore/semaphore/" in index
+        listing = client.get("/ops/django_semaphore/semaphore/").content.decode()
+        assert "Ops console" in listing  # each_context of this site, not admin.site
+        assert 'href="/ops/"' in listing and 'href="/ops/django_semaphore/semaphore/reports/"' in listing
+        detail = client.get("/ops/django_semaphore/semaphore/reports/").content.decode()
+        assert "alice" in detail and 'action="/ops/django_semaphore/semaphore/reports/release/"' in detail
+        response = client.post(
+            "/ops/django_semaphore/semaphore/reports/release/", {"partition": "_", "token": lease.token}
+        )
+        assert response["Location"] == "/ops/django_semaphore/semaphore/reports/"
+        assert semaphores["reports"].holders() == []
+        assert client.get("/ops/django_semaphore/semaphore/status.json").json()["semaphores"][0]["name"] == (
+            "reports"
+        )
+    finally:
+        lease.release()

@@ -135,15 +135,6 @@ def test_using_a_bad_connection_setting_raises_with_the_same_words(settings, cas
     assert message.msg in str(info.value) and message.hint in str(info.value)
 
 
-def test_unknown_semaphore_raises_improperly_configured():
-    with pytest.raises(ImproperlyConfigured, match="unknown.*reports"):
-        semaphores["unknown"]
-    with pytest.raises(ImproperlyConfigured):
-        Semaphore("unknown").acquire()
-    assert "reports" in semaphores and "unknown" not in semaphores
-    assert list(semaphores) == ["reports"]
-
-
 @pytest.mark.parametrize("algorithm", ["basic", "fair"])
 def test_over_admitting_algorithms_get_a_warning(settings, algorithm):
     settings.SEMAPHORES = {"loose": {"LIMIT": 2, "ALGORITHM": algorithm}}
@@ -186,32 +177,6 @@ def test_callable_and_dotted_keys_are_accepted(settings):
         "d": {"LIMIT": 1, "KEY": "user"},
     }
     assert ours() == []
-
-
-# -- settings are read lazily ---------------------------------------------------------
-
-
-def test_settings_changes_take_effect_at_the_next_call(settings):
-    sem = semaphores["reports"]
-    settings.SEMAPHORES = {"reports": {"LIMIT": 1, "TIMEOUT": 7}}
-    assert (sem.limit, sem.timeout) == (1, 7)
-    held = sem.acquire()
-    assert sem.acquire() is None
-    settings.SEMAPHORES = {"reports": {"LIMIT": 2, "TIMEOUT": 7}}
-    assert sem.acquire() is not None  # the same object, the new LIMIT
-    settings.SEMAPHORES = {"reports": {"LIMIT": 0}}
-    with pytest.raises(ImproperlyConfigured, match="LIMIT"):
-        sem.acquire()
-    settings.SEMAPHORES = {"reports": {"LIMIT": 2}}
-    assert held.release() is True
-
-
-def test_prefix_changes_take_effect_at_the_next_call(settings):
-    sem = Semaphore("moving", limit=1)
-    before = sem.partition().base
-    settings.SEMAPHORE_KEY_PREFIX = settings.SEMAPHORE_KEY_PREFIX + "-other"
-    after = sem.partition().base
-    assert before != after and after.startswith(settings.SEMAPHORE_KEY_PREFIX + ":")
 
 
 # -- no Redis in checks, except deploy checks -----------------------------------------------

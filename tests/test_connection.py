@@ -1,4 +1,4 @@
-"""SEMAPHORE_REDIS, backend errors, and recovery from SCRIPT FLUSH and restarts."""
+"""SEMAPHORE_REDIS (django_semaphore.connection), backend errors, restarts, round trips."""
 
 import contextlib
 import time
@@ -152,35 +152,7 @@ def test_lease_calls_after_the_server_died(own_server):
         _assert_backend_error(info, own_server.port, started)
 
 
-# -- NOSCRIPT and restarts ---------------------------------------------------------------
-
-
-def test_script_flush_is_recovered(raw_redis):
-    sem = Semaphore("flushed", limit=2, timeout=30)
-    first = sem.acquire()
-    raw_redis.script_flush()
-    second = sem.acquire()
-    assert second is not None and second.token > first.token
-    raw_redis.script_flush()
-    assert first.refresh() is True
-    raw_redis.script_flush()
-    assert [h.identifier for h in sem.holders()] == [first.identifier, second.identifier]
-    raw_redis.script_flush()
-    assert first.release() is True
-    raw_redis.script_flush()
-    assert sem.available() == 1
-
-
-@pytest.mark.asyncio
-async def test_script_flush_is_recovered_async(raw_redis):
-    sem = Semaphore("aflushed", limit=2, timeout=30)
-    first = await sem.aacquire()
-    raw_redis.script_flush()
-    assert await sem.aacquire() is not None
-    raw_redis.script_flush()
-    assert await first.arefresh() is True
-    raw_redis.script_flush()
-    assert await first.arelease() is True
+# -- restarts ---------------------------------------------------------------------------
 
 
 @pytest.mark.slow

@@ -11,10 +11,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_semaphore import Semaphore, SemaphoreBackendError, discovery, monitor, signals
-from django_semaphore.keys import PartitionKeys
+from django_semaphore.keys import PartitionKeys, key_hash
 from tests.servers import free_port
-
-pytestmark = pytest.mark.usefixtures("backend")
 
 SEMAPHORES = {
     "reports": {"LIMIT": 2, "TIMEOUT": 30},
@@ -28,6 +26,7 @@ def configured(settings):
     settings.SEMAPHORES = SEMAPHORES
 
 
+@pytest.mark.usefixtures("backend")
 def test_find_groups_configured_then_unconfigured_semaphores(configured):
     reports, per_ip = Semaphore("reports"), Semaphore("per-ip")
     reports.acquire()
@@ -50,6 +49,7 @@ def test_find_groups_configured_then_unconfigured_semaphores(configured):
     assert bases["gone_old_name_"] == [Semaphore("gone: old name!", limit=1).partition().base]
 
 
+@pytest.mark.usefixtures("backend")
 def test_find_with_names_reads_only_those(configured):
     Semaphore("reports").acquire()
     Semaphore("per-ip").acquire(key="10.0.0.1")
@@ -65,6 +65,7 @@ def test_find_with_names_reads_only_those(configured):
     assert discovery.find([]) == []
 
 
+@pytest.mark.usefixtures("backend")
 def test_partition_parses_a_key_hash_as_the_admin_gives_it(configured, settings):
     sem = Semaphore("per-ip")
     keys = sem.partition("10.0.0.1")
@@ -75,6 +76,7 @@ def test_partition_parses_a_key_hash_as_the_admin_gives_it(configured, settings)
             discovery.partition("per-ip", bad)
 
 
+@pytest.mark.usefixtures("backend")
 def test_keys_found_by_scan_parse_back(settings):
     settings.SEMAPHORE_KEY_PREFIX = "pre:fix"
     keys = Semaphore("a {name} with: colons", limit=1).partition("{k}")
@@ -87,6 +89,7 @@ def test_keys_found_by_scan_parse_back(settings):
     )
 
 
+@pytest.mark.usefixtures("backend")
 @pytest.mark.asyncio
 async def test_apartitions_finds_what_partitions_finds():
     sem = Semaphore("both", limit=1, timeout=30)
@@ -131,6 +134,7 @@ SYNC_CALLS = {
 }
 
 
+@pytest.mark.usefixtures("backend")
 @pytest.mark.parametrize("call", SYNC_CALLS.values(), ids=SYNC_CALLS.keys())
 def test_redis_down_is_one_backend_error_for_every_caller(down, call):
     port, sent = down
@@ -149,6 +153,7 @@ ASYNC_CALLS = {
 }
 
 
+@pytest.mark.usefixtures("backend")
 @pytest.mark.asyncio
 @pytest.mark.parametrize("call", ASYNC_CALLS.values(), ids=ASYNC_CALLS.keys())
 async def test_redis_down_is_one_backend_error_for_every_async_caller(down, call):
@@ -159,9 +164,41 @@ async def test_redis_down_is_one_backend_error_for_every_async_caller(down, call
     assert [(sender, error) for sender, error, _ in sent] == [(SemaphoreBackendError, info.value)]
 
 
+@pytest.mark.usefixtures("backend")
 def test_sema_cleanup_reports_redis_down_with_exit_code_1(down):
     port, sent = down
     with pytest.raises(CommandError) as info:
         call_command("sema_cleanup")
     assert info.value.returncode == 1 and f"127.0.0.1:{port}" in str(info.value)
     assert len(sent) == 1
+
+
+# -- partition hashes from outside (the admin's force-release form) -----------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "_\n",
+        "_x",
+        "",
+        "g" * 20,
+        "A" * 20,
+        "0" * 20 + "\n",
+        "0" * 19,
+        "0" * 21,
+        "\n" + "0" * 20,
+        "_ ",
+        None,
+        5,
+    ],
+)
+def test_partition_hash_must_match_in_full(value):
+    with pytest.raises(ValueError, match="is not a partition hash"):
+        discovery.partition("web-user", value)  # before: "_\n" and "0"*20 + "\n" were accepted
+
+
+@pytest.mark.parametrize("value", ["_", key_hash("alice"), key_hash("")])
+def test_partition_hashes_of_real_partitions_are_accepted(value):
+    keys = discovery.partition("web-user", value)
+    assert keys.partition_hash.endswith("." + value)

@@ -322,39 +322,6 @@ async def _poll(predicate, timeout=10.0, message="condition"):
 
 
 @pytest.mark.asyncio
-async def test_run_to_completion_finishes_even_if_the_caller_is_cancelled_again():
-    started, proceed, finished = asyncio.Event(), asyncio.Event(), []
-
-    async def give_back():
-        started.set()
-        await proceed.wait()
-        finished.append(True)
-
-    async def caller():
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            await cancellation.run_to_completion(give_back())
-            raise
-
-    task = asyncio.create_task(caller())
-    await asyncio.sleep(0)
-    task.cancel()
-    await asyncio.wait_for(started.wait(), 10)
-    task.cancel()  # again, while it gives back
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert finished == []
-    proceed.set()
-
-    async def done():
-        return finished == [True]
-
-    await _poll(done, message="the give-back finished")
-    assert not cancellation._finishing  # and nothing is kept once done
-
-
-@pytest.mark.asyncio
 async def test_a_cancelled_async_function_releases_its_slot_even_if_cancelled_again():
     sem = Semaphore("cancel-twice", limit=1, timeout=30)
     entered = asyncio.Event()

@@ -7,37 +7,21 @@ Each test fills a partition from one side (a request, or ``acquire``) and is
 refused from the other, on the test's own real Redis.
 """
 
-import json
-
 import pytest
 from django.contrib.auth.models import AnonymousUser, User
-from django.core.signals import request_finished
-from django.db import close_old_connections
 from django.http import HttpResponse
 from django.test import RequestFactory
 
-from django_semaphore import discovery, semaphore, semaphores
+from django_semaphore import semaphore, semaphores
 from django_semaphore.keys import key_hash
 from django_semaphore.partitions import ByHeader, by_ip, by_user
+from tests.helpers import body, close
 from tests.settings_web import WEB_SEMAPHORES
 
 
 @pytest.fixture(autouse=True)
 def web_semaphores(settings):
     settings.SEMAPHORES = WEB_SEMAPHORES
-
-
-def body(response):
-    return json.loads(response.content)
-
-
-def close(response):
-    """Close like a server would, without request_finished touching the test database."""
-    request_finished.disconnect(close_old_connections)
-    try:
-        response.close()
-    finally:
-        request_finished.connect(close_old_connections)
 
 
 @semaphore("web-user")
@@ -146,32 +130,46 @@ def test_missing_and_empty_header_share_the_empty_partition(client):
     assert key_hash("") != key_hash(None)
 
 
-# -- partition hashes from outside (the admin's force-release form) -----------------------------
+# -- the decorator's KEY partitions ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        "_\n",
-        "_x",
-        "",
-        "g" * 20,
-        "A" * 20,
-        "0" * 20 + "\n",
-        "0" * 19,
-        "0" * 21,
-        "\n" + "0" * 20,
-        "_ ",
-        None,
-        5,
-    ],
-)
-def test_partition_hash_must_match_in_full(value):
-    with pytest.raises(ValueError, match="is not a partition hash"):
-        discovery.partition("web-user", value)  # before: "_\n" and "0"*20 + "\n" were accepted
+def test_ip_partition_ignores_x_forwarded_for(client):
+    held = semaphores["web-ip"].acquire(key="1.2.3.4")
+    assert client.get("/web/ip/", REMOTE_ADDR="1.2.3.4").status_code == 429
+    spoofed = client.get("/web/ip/", REMOTE_ADDR="5.6.7.8", HTTP_X_FORWARDED_FOR="1.2.3.4")
+    assert spoofed.status_code == 200
+    assert body(spoofed)["leases"]["web-ip"]["key"] == "5.6.7.8"
+    # and the header cannot get a held address through either
+    sneaky = client.get("/web/ip/", REMOTE_ADDR="1.2.3.4", HTTP_X_FORWARDED_FOR="9.9.9.9")
+    assert sneaky.status_code == 429
+    held.release()
 
 
-@pytest.mark.parametrize("value", ["_", key_hash("alice"), key_hash("")])
-def test_partition_hashes_of_real_partitions_are_accepted(value):
-    keys = discovery.partition("web-user", value)
-    assert keys.partition_hash.endswith("." + value)
+@pytest.mark.django_db
+def test_user_partition(client):
+    alice = User.objects.create_user("alice")
+    bob = User.objects.create_user("bob")
+    held = semaphores["web-user"].acquire(key=str(alice.pk))
+    client.force_login(alice)
+    assert client.get("/web/user/").status_code == 429
+    client.force_login(bob)
+    response = client.get("/web/user/")
+    assert response.status_code == 200
+    assert body(response)["leases"]["web-user"]["key"] == str(bob.pk)
+    client.logout()
+    anonymous = client.get("/web/user/", REMOTE_ADDR="7.7.7.7")
+    assert body(anonymous)["leases"]["web-user"]["key"] == "7.7.7.7"
+    held.release()
+
+
+def test_header_partition_and_missing_header(client):
+    acme = client.get("/web/header/", HTTP_X_TENANT="acme")
+    assert body(acme)["leases"]["web-header"]["key"] == "acme"  # the raw header value
+    missing = client.get("/web/header/")
+    assert missing.status_code == 200
+    assert body(missing)["leases"]["web-header"]["key"] == ""
+    held = semaphores["web-header"].acquire(key="")
+    assert client.get("/web/header/").status_code == 429
+    assert client.get("/web/header/", HTTP_X_TENANT="").status_code == 429  # empty is missing
+    assert client.get("/web/header/", HTTP_X_TENANT="acme").status_code == 200
+    held.release()

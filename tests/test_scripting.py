@@ -1,5 +1,6 @@
 """The drivers (scripting.run / arun): every Redis failure becomes one SemaphoreBackendError
-and one ``backend_failed`` signal, sent by the driver itself."""
+and one ``backend_failed`` signal, sent by the driver itself; a flushed script cache
+(NOSCRIPT) is loaded again."""
 
 import pytest
 
@@ -35,3 +36,34 @@ async def test_the_async_driver_sends_the_same_signal(failures):
     with pytest.raises(SemaphoreBackendError) as info:
         await Semaphore("driver", limit=1).aacquire()
     assert [(sender, kwargs["error"]) for sender, kwargs in failures] == [(SemaphoreBackendError, info.value)]
+
+
+# -- NOSCRIPT ---------------------------------------------------------------------------
+
+
+def test_script_flush_is_recovered(raw_redis):
+    sem = Semaphore("flushed", limit=2, timeout=30)
+    first = sem.acquire()
+    raw_redis.script_flush()
+    second = sem.acquire()
+    assert second is not None and second.token > first.token
+    raw_redis.script_flush()
+    assert first.refresh() is True
+    raw_redis.script_flush()
+    assert [h.identifier for h in sem.holders()] == [first.identifier, second.identifier]
+    raw_redis.script_flush()
+    assert first.release() is True
+    raw_redis.script_flush()
+    assert sem.available() == 1
+
+
+@pytest.mark.asyncio
+async def test_script_flush_is_recovered_async(raw_redis):
+    sem = Semaphore("aflushed", limit=2, timeout=30)
+    first = await sem.aacquire()
+    raw_redis.script_flush()
+    assert await sem.aacquire() is not None
+    raw_redis.script_flush()
+    assert await first.arefresh() is True
+    raw_redis.script_flush()
+    assert await first.arelease() is True

@@ -1,4 +1,5 @@
-"""Waiting for a slot with the "lua" algorithm: dead and stalled waiters.
+"""Waiting for a slot (django_semaphore.waiting): first come, first served, and
+dead and stalled waiters.
 
 A waiter that dies while queued must not hold up the waiters behind it for
 long, and a waiter that is only slow (stopped, paused) must not lose its place
@@ -18,8 +19,7 @@ import time
 import pytest
 
 from django_semaphore import Semaphore, connection
-
-from .helpers import wait_until
+from tests.helpers import until, wait_until
 
 WAITER = textwrap.dedent(
     """
@@ -177,3 +177,145 @@ def test_a_stalled_waiter_keeps_its_place_in_the_queue(subprocess_env):
         assert third_result["lease"].release() is True
     finally:
         _stop(stalled)
+
+
+# -- the queue, on a single server and on a Redis Cluster -----------------------------
+# (tests/fixtures_redis.py); the tests above talk to the single server directly.
+
+
+def _call_in_thread(func, *args, **kwargs):
+    """``func(*args, **kwargs)`` in a thread; the result dict gets what it returned."""
+    result = {}
+
+    def target():
+        result["value"] = func(*args, **kwargs)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, result
+
+
+@pytest.mark.usefixtures("backend")
+def test_waiting_gives_up_after_wait_seconds():
+    sem = Semaphore("queue", limit=1, timeout=30)
+    holder = sem.acquire()
+    started = time.monotonic()
+    assert sem.acquire(wait=0.3) is None
+    assert 0.3 <= time.monotonic() - started < 5
+    assert sem.status().waiting == 0  # the ticket was given back
+    holder.release()
+    assert sem.acquire(wait=0.3) is not None
+
+
+@pytest.mark.usefixtures("backend")
+def test_waiters_are_served_first_come_first_served():
+    sem = Semaphore("queue", limit=1, timeout=30)
+    holder = sem.acquire()
+    first, first_result = _call_in_thread(sem.acquire, wait=20, meta={"w": 1})
+    wait_until(lambda: sem.status().waiting == 1, message="first waiter queued")
+    second, second_result = _call_in_thread(sem.acquire, wait=20, meta={"w": 2})
+    wait_until(lambda: sem.status().waiting == 2, message="second waiter queued")
+    assert holder.release() is True
+    first.join(10)
+    assert first_result["value"] is not None
+    assert second.is_alive() and sem.holders()[0].meta["w"] == 1
+    assert first_result["value"].release() is True
+    second.join(10)
+    assert second_result["value"] is not None
+    assert second_result["value"].token > first_result["value"].token
+    second_result["value"].release()
+
+
+@pytest.mark.usefixtures("backend")
+def test_a_newcomer_cannot_overtake_a_queued_waiter():
+    sem = Semaphore("queue", limit=1, timeout=30)
+    holder = sem.acquire()
+    waiter, result = _call_in_thread(sem.acquire, wait=20)
+    wait_until(lambda: sem.status().waiting == 1, message="waiter queued")
+    assert holder.release() is True
+    # The slot is free (or already taken by the waiter): either way not ours.
+    assert sem.acquire() is None
+    waiter.join(10)
+    assert result["value"] is not None
+    assert [h.identifier for h in sem.holders()] == [result["value"].identifier]
+
+
+@pytest.mark.usefixtures("backend")
+def test_a_waiter_gets_a_slot_whose_lease_expired():
+    sem = Semaphore("queue", limit=1, timeout=0.5)
+    sem.acquire()  # never released
+    lease = sem.acquire(wait=10)
+    assert lease is not None
+    assert lease.waited < 10
+
+
+@pytest.mark.usefixtures("backend")
+@pytest.mark.parametrize("algorithm", ["fair_locked", "fair", "basic"])
+def test_polling_variants_wait_too(algorithm):
+    sem = Semaphore("poll", limit=1, timeout=30, algorithm=algorithm)
+    holder = sem.acquire()
+    thread, result = _call_in_thread(sem.acquire, wait=20)
+    time.sleep(0.1)  # most likely the waiter polls while full; either way it must get the slot
+    holder.release()
+    thread.join(10)
+    assert result["value"] is not None
+
+
+@pytest.mark.usefixtures("backend")
+@pytest.mark.asyncio
+async def test_async_waiter_is_woken_by_a_release():
+    sem = Semaphore("await", limit=1, timeout=30)
+    holder = await sem.aacquire()
+    waiter = asyncio.create_task(sem.aacquire(wait=20))
+
+    async def queued():
+        return await asyncio.to_thread(lambda: sem.status().waiting) == 1
+
+    await until(queued, message="waiter queued")
+    assert not waiter.done()
+    assert await holder.arelease() is True
+    lease = await asyncio.wait_for(waiter, 10)
+    assert lease is not None and lease.token > holder.token
+    assert await lease.arelease() is True
+
+
+@pytest.mark.usefixtures("backend")
+@pytest.mark.asyncio
+async def test_async_wait_times_out_without_blocking_the_loop():
+    sem = Semaphore("await", limit=1, timeout=30)
+    await sem.aacquire()
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        assert await sem.aacquire(wait=0.5) is None
+    finally:
+        task.cancel()
+    assert ticks >= 3  # the loop kept running while we waited
+
+
+@pytest.mark.usefixtures("backend")
+@pytest.mark.asyncio
+async def test_a_cancelled_waiter_does_not_hold_up_the_queue():
+    sem = Semaphore("acancel", limit=1, timeout=30)
+    holder = await sem.aacquire()
+    waiter = asyncio.create_task(sem.aacquire(wait=20))
+
+    async def queued():
+        return await asyncio.to_thread(lambda: sem.status().waiting) == 1
+
+    await until(queued, message="waiter queued")
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    # The cancelled waiter took its ticket back on the way out: the queue is
+    # empty at once, not when the abandoned ticket would have expired.
+    assert await asyncio.to_thread(lambda: sem.status().waiting) == 0
+    assert await holder.arelease() is True
+    assert await sem.aacquire() is not None

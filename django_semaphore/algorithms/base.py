@@ -27,6 +27,8 @@ class Granted:
     token: int
     acquired_ms: int
     expires_ms: int
+    #: A dry run admitted this caller although enforcing would have refused it.
+    over_limit: bool = False
 
 
 @dataclass(slots=True)
@@ -80,11 +82,14 @@ class Algorithm(Protocol):
         meta_json: str,
         ticket_ms: int = 0,
         ticket: str = "",
+        dry_run: bool = False,
     ) -> Operation[Outcome]:
         """Take a slot for ``identifier``, or a refusal.
 
         ``ticket_ms`` > 0 queues a refused caller for that long (only if
         :attr:`queues`); ``ticket`` is its ticket number from an earlier refusal.
+        ``dry_run``: never refuse (MODE "dry_run"); a caller that enforcing
+        would have refused is granted with ``over_limit`` set.
         """
         ...
 

@@ -36,15 +36,19 @@ class Lua:
         meta_json: str,
         ticket_ms: int = 0,
         ticket: str = "",
+        dry_run: bool = False,
     ) -> Operation[Outcome]:
         """Take a slot, or a refusal; ``ticket_ms`` > 0 queues the caller (a
-        waiter), ``ticket`` is its ticket number from an earlier refusal."""
+        waiter), ``ticket`` is its ticket number from an earlier refusal.
+        ``dry_run`` admits over the limit, with the over-limit marker in the
+        same reply (one round trip, as always)."""
         script_keys = keys.main + (keys.wake(identifier),) if ticket_ms else keys.main
-        reply = yield Script(
-            ACQUIRE, script_keys, (limit, timeout_ms, identifier, meta_json, ticket_ms, ticket)
-        )
+        args: tuple[object, ...] = (limit, timeout_ms, identifier, meta_json, ticket_ms, ticket)
+        if dry_run:
+            args += ("1",)
+        reply = yield Script(ACQUIRE, script_keys, args)
         if reply[0] == 1:
-            return Granted(as_int(reply[1]), reply[2], reply[3])
+            return Granted(as_int(reply[1]), reply[2], reply[3], len(reply) > 4 and reply[4] == 1)
         yield from wake(keys, reply, 5)
         return Refused(reply[1], reply[2], reply[3], as_str(reply[4]))
 

@@ -35,6 +35,10 @@ UNLOCK = LuaScript("unlock")
 LOCK_ACQUIRE_TIMEOUT = 0.01  # seconds, as the seeds' acquire_semaphore_with_lock
 LOCK_TIMEOUT_MS = 1000
 
+#: The limit a dry run acquires with once refused: no partition has this many holders.
+UNBOUNDED = 2**31 - 1
+DRY_RUN_ATTEMPTS = 3
+
 #: Most expired identifiers one seed operation reads back to remove their
 #: owner entries and records; more are left to purge (sema_cleanup).
 EXPIRED_BATCH = 1000
@@ -92,6 +96,33 @@ class Basic:
     queues = False
 
     def acquire(
+        self,
+        keys: PartitionKeys,
+        limit: int,
+        timeout_ms: int,
+        identifier: str,
+        meta_json: str,
+        ticket_ms: int = 0,
+        ticket: str = "",
+        dry_run: bool = False,
+    ) -> Operation[Outcome]:
+        """Take a slot, or a refusal (``ticket_ms`` and ``ticket`` are ignored: no queue).
+
+        ``dry_run``: a refused caller acquires again with an unbounded limit
+        and is granted with ``over_limit`` set: one more round trip (two for
+        "fair"), only when enforcing would have refused it.
+        """
+        outcome = yield from self.acquire_once(keys, limit, timeout_ms, identifier, meta_json)
+        if not dry_run or isinstance(outcome, Granted):
+            return outcome
+        for _ in range(DRY_RUN_ATTEMPTS):  # "fair_locked" may miss its lock
+            again = yield from self.acquire_once(keys, UNBOUNDED, timeout_ms, identifier, meta_json)
+            if isinstance(again, Granted):
+                again.over_limit = True
+                return again
+        return outcome
+
+    def acquire_once(
         self,
         keys: PartitionKeys,
         limit: int,
@@ -192,7 +223,7 @@ class Fair(Basic):
 
     name = "fair"
 
-    def acquire(
+    def acquire_once(
         self,
         keys: PartitionKeys,
         limit: int,
@@ -244,7 +275,7 @@ class FairLocked(Fair):
 
     name = "fair_locked"
 
-    def acquire(
+    def acquire_once(
         self,
         keys: PartitionKeys,
         limit: int,
@@ -267,6 +298,6 @@ class FairLocked(Fair):
             yield Sleep(0.001)
         # No try/finally: a generator must not yield while being closed. If
         # Redis fails in between, the lock expires after LOCK_TIMEOUT_MS.
-        outcome = yield from super().acquire(keys, limit, timeout_ms, identifier, meta_json)
+        outcome = yield from super().acquire_once(keys, limit, timeout_ms, identifier, meta_json)
         yield Script(UNLOCK, (keys.lock,), (identifier,))
         return outcome

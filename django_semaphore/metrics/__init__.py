@@ -8,7 +8,12 @@ registers, in prometheus-client's default registry:
 =========================================== ========= =================================================
 metric                                      type      labels and meaning
 =========================================== ========= =================================================
-``django_semaphore_limit``                  gauge     ``semaphore``: LIMIT (per partition)
+``django_semaphore_limit``                  gauge     ``semaphore``: LIMIT per partition, from settings
+``django_semaphore_effective_limit``        gauge     ``semaphore``: the limit in force (a runtime override's,
+                                                      else LIMIT); 0 while paused
+``django_semaphore_mode``                   gauge     ``semaphore``, ``mode``: 1 for the mode in force
+                                                      (enforce, dry_run, off), 0 for the others
+``django_semaphore_override``               gauge     ``semaphore``: 1 while a runtime override is in force
 ``django_semaphore_holders``                gauge     ``semaphore``: live holders, all partitions
 ``django_semaphore_partition_holders_max``  gauge     ``semaphore``: holders of the busiest partition
 ``django_semaphore_waiting``                gauge     ``semaphore``: callers queueing for a slot
@@ -16,6 +21,8 @@ metric                                      type      labels and meaning
 ``django_semaphore_up``                     gauge     1 if Redis answered this scrape, else 0
 ``django_semaphore_acquisitions_total``     counter   ``semaphore``: slots granted
 ``django_semaphore_refusals_total``         counter   ``semaphore``: callers refused (SemaphoreFull)
+``django_semaphore_dry_run_refusals_total`` counter   ``semaphore``: would-be refusals admitted in MODE
+                                                      "dry_run" (or "off", for a direct acquire)
 ``django_semaphore_releases_total``         counter   ``semaphore``: leases released
 ``django_semaphore_lost_leases_total``      counter   ``semaphore``: leases found lost
 ``django_semaphore_backend_failures_total`` counter   ``server``: Redis failures
@@ -24,9 +31,18 @@ metric                                      type      labels and meaning
 
 The gauges are read from Redis at scrape time (one SCAN for every
 semaphore's partitions, then one status script per partition), so every
-process reports the same figures.  Counters and the histogram count what
-this process did; under a multi-process server set PROMETHEUS_MULTIPROC_DIR
-as prometheus-client documents, and :func:`metrics_view` aggregates them.
+process reports the same figures; the mode and effective limit come from the
+runtime control every process applies (:meth:`~django_semaphore.Semaphore.effective`).
+Counters and the histogram count what this process did; under a
+multi-process server set PROMETHEUS_MULTIPROC_DIR as prometheus-client
+documents, and :func:`metrics_view` aggregates them.
+
+Dry-run refusals are a counter fed by the ``refused`` signal (``dry_run=True``),
+like ``refusals_total``: Prometheus takes ``rate()`` / ``increase()`` over any
+window it likes, and compares the two series directly; the admin's
+five-minute figures (from :mod:`django_semaphore.stats`) would be a window
+inside a window.  A dry-run refusal does not count in ``refusals_total`` nor
+observe the wait histogram: the caller was admitted at once.
 
 Partition values are never labels (one per IP or user would explode the
 series); partitions are aggregated per semaphore.
@@ -57,8 +73,10 @@ from prometheus_client.registry import Collector
 
 from .. import core, discovery, signals
 from ..exceptions import SemaphoreError
+from ..validation import MODES
 
 if TYPE_CHECKING:
+    from ..control import Effective
     from ..core import Semaphore
     from ..inspection import PartitionStatus
     from ..lease import Lease
@@ -89,6 +107,12 @@ class _Metrics:
         self.refusals = Counter(
             "django_semaphore_refusals",
             "Callers refused because no slot was free (SemaphoreFull).",
+            ["semaphore"],
+            registry=registry,
+        )
+        self.dry_run_refusals = Counter(
+            "django_semaphore_dry_run_refusals",
+            'Would-be refusals admitted because the semaphore runs in MODE "dry_run".',
             ["semaphore"],
             registry=registry,
         )
@@ -151,9 +175,14 @@ def _on_acquired(sender: Any, semaphore: Semaphore, lease: Lease, waited: float,
     _metrics.wait.labels(label, "acquired").observe(waited)
 
 
-def _on_refused(sender: Any, semaphore: Semaphore, waited: float, **kwargs: Any) -> None:
+def _on_refused(
+    sender: Any, semaphore: Semaphore, waited: float, dry_run: bool = False, **kwargs: Any
+) -> None:
     assert _metrics is not None
     label = _label(semaphore)
+    if dry_run:
+        _metrics.dry_run_refusals.labels(label).inc()
+        return
     _metrics.refusals.labels(label).inc()
     _metrics.wait.labels(label, "refused").observe(waited)
 
@@ -187,7 +216,7 @@ def track(*semaphores: Semaphore) -> None:
 
 
 class SemaphoreCollector(Collector):
-    """Gauges read from Redis at scrape time: limit, holders, waiting, partitions."""
+    """Gauges read from Redis at scrape time: limits, mode, holders, waiting, partitions."""
 
     def describe(self) -> Iterable[Metric]:
         # Declared without samples, so that registering never talks to Redis.
@@ -196,6 +225,21 @@ class SemaphoreCollector(Collector):
     def _families(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(
             "django_semaphore_limit", "Slots per partition (LIMIT).", labels=["semaphore"]
+        )
+        yield GaugeMetricFamily(
+            "django_semaphore_effective_limit",
+            "Slots per partition in force: a runtime override's limit, else LIMIT (0: paused).",
+            labels=["semaphore"],
+        )
+        yield GaugeMetricFamily(
+            "django_semaphore_mode",
+            "1 for the mode in force (enforce, dry_run, off), 0 for the others.",
+            labels=["semaphore", "mode"],
+        )
+        yield GaugeMetricFamily(
+            "django_semaphore_override",
+            "1 while a runtime override (sema_set, the admin, override()) is in force, else 0.",
+            labels=["semaphore"],
         )
         yield GaugeMetricFamily(
             "django_semaphore_holders", "Live holders, summed over partitions.", labels=["semaphore"]
@@ -230,36 +274,43 @@ class SemaphoreCollector(Collector):
         return list(found.values())
 
     def collect(self) -> Iterable[Metric]:
-        limit, holders, busiest, waiting, partitions, up = self._families()
+        limit, effective_limit, mode, override, holders, busiest, waiting, partitions, up = self._families()
         try:
             rows = read_partitions(self.semaphores())
         except (SemaphoreError, ImproperlyConfigured) as exc:
             # The scrape still answers (with up 0): the counters stay visible.
             logger.warning("Semaphore gauges not read from Redis: %s", exc)
             rows = None
-        for semaphore, statuses in rows or ():
+        for semaphore, effective, statuses in rows or ():
             name = [_printable(semaphore.name)]
             limit.add_metric(name, semaphore.config.limit)
+            effective_limit.add_metric(name, effective.limit)
+            for each in MODES:
+                mode.add_metric([*name, each], 1 if effective.mode == each else 0)
+            override.add_metric(name, 1 if effective.source == "override" else 0)
             holders.add_metric(name, sum(s.in_use for s in statuses))
             busiest.add_metric(name, max((s.in_use for s in statuses), default=0))
             waiting.add_metric(name, sum(s.waiting for s in statuses))
             partitions.add_metric(name, sum(1 for s in statuses if s.in_use or s.waiting))
         up.add_metric([], 0 if rows is None else 1)
-        return [limit, holders, busiest, waiting, partitions, up]
+        return [limit, effective_limit, mode, override, holders, busiest, waiting, partitions, up]
 
 
-def read_partitions(semaphores: list[Semaphore]) -> list[tuple[Semaphore, list[PartitionStatus]]]:
-    """``(semaphore, [PartitionStatus, ...])`` for each semaphore, with one SCAN for all.
+def read_partitions(
+    semaphores: list[Semaphore],
+) -> list[tuple[Semaphore, Effective, list[PartitionStatus]]]:
+    """``(semaphore, effective, [PartitionStatus, ...])`` for each semaphore, with one SCAN for all.
 
     The unpartitioned semaphore is always read; the partitions are those whose
-    keys Redis holds.  Raises SemaphoreBackendError if Redis fails.
+    keys Redis holds.  ``effective`` is the limit and mode in force.  Raises
+    SemaphoreBackendError if Redis fails.
     """
     found = {group.name: group.partitions for group in discovery.find(s.name for s in semaphores)}
     rows = []
     for semaphore in semaphores:
         unpartitioned = semaphore.partition(None)
         keys = [unpartitioned, *(k for k in found.get(semaphore.name, ()) if k.base != unpartitioned.base)]
-        rows.append((semaphore, [semaphore.status(keys=k) for k in keys]))
+        rows.append((semaphore, semaphore.effective(), [semaphore.status(keys=k) for k in keys]))
     return rows
 
 

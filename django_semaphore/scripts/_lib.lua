@@ -3,7 +3,8 @@
 -- KEYS[3] holds HASH (id -> "token:acquired_ms:meta", "#" -> counter,
 --         "%" -> recent hold times, see record_hold),
 -- KEYS[4] queue ZSET (waiter id -> ticket), KEYS[5] queue deadlines ZSET (waiter id -> ms),
--- KEYS[6] (acquire of a waiter, abandon) the caller's own wake-up LIST.
+-- KEYS[6] waiters HASH (waiter id -> its meta json, while it is queued),
+-- KEYS[7] (acquire of a waiter, abandon) the caller's own wake-up LIST.
 -- A script touches no other key: the wake-up lists of other waiters are
 -- pushed afterwards by wake.lua, to which the caller passes the identifiers
 -- (and the TTL) a script returned (Redis Cluster wants every key declared).
@@ -56,6 +57,7 @@ local function purge_waiters(now)
     if #gone > 0 then
       redis.call('ZREM', KEYS[4], unpack(gone))
       redis.call('ZREM', KEYS[5], unpack(gone))
+      redis.call('HDEL', KEYS[6], unpack(gone))
       waiting = redis.call('ZCARD', KEYS[4])
     end
   end
@@ -102,6 +104,7 @@ end
 -- from the recent hold times: each round of `limit` holds frees `limit`
 -- slots. nil when no hold has been recorded yet.
 local function hold_estimate(ahead, limit)
+  if limit < 1 then limit = 1 end  -- paused (limit 0): as if one slot
   local packed = tonumber(redis.call('HGET', KEYS[3], HOLDS_FIELD) or '')
   if not packed then return nil end
   local n = packed % HOLD_SCALE

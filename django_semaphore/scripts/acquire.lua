@@ -1,8 +1,10 @@
 -- Acquire a slot, fairly, in one atomic step.
 -- ARGV: limit, lease ms, identifier, meta json, ticket ms (0: do not queue),
---       the caller's ticket number from an earlier refusal ('': none).
--- KEYS[6] (a waiter: ticket ms > 0): the caller's own wake-up list.
--- Returns {1, token, acquired_ms, expires_ms}, or when refused
+--       the caller's ticket number from an earlier refusal ('': none),
+--       '1' for a dry run (MODE "dry_run"/"off": admit over the limit too).
+-- KEYS[7] (a waiter: ticket ms > 0): the caller's own wake-up list.
+-- Returns {1, token, acquired_ms, expires_ms, over limit (1: a dry run admitted
+-- a caller enforcing would have refused; 0)}, or when refused
 -- {0, estimate ms, waiters ahead, recheck ms, ticket number or '', [wake TTL ms, id, ...]}:
 -- the estimated wait (for Retry-After); when a waiter should look again at
 -- the latest (a lease expiring or a claim window ending pushes no wake-up);
@@ -12,6 +14,7 @@ local limit = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local id = ARGV[3]
 local ticket = tonumber(ARGV[5])
+local dry = ARGV[7] == '1'
 local now, clock = server_ms()
 
 -- A retried acquire (same identifier) that already got its slot gets it again.
@@ -57,7 +60,14 @@ if limit - live <= ahead then
   end
 end
 
-if limit - live > ahead then
+local over = 0
+if limit - live <= ahead and dry then
+  -- A dry run: nobody is refused; say whether enforcing would have.
+  local again = held_again()
+  if again then return again end
+  over = 1
+end
+if limit - live > ahead or over == 1 then
   local expires = now + lease
   -- NX: an identifier already present is a retry, found without a ZSCORE
   -- on the common path (or an expired entry not purged yet: replaced).
@@ -69,9 +79,10 @@ if limit - live > ahead then
   if rank then
     redis.call('ZREM', KEYS[4], id)
     redis.call('ZREM', KEYS[5], id)
+    redis.call('HDEL', KEYS[6], id)
   end
   -- A wake-up pushed to this waiter and not read any more.
-  if (rank or number) and KEYS[6] then redis.call('DEL', KEYS[6]) end
+  if (rank or number) and KEYS[7] then redis.call('DEL', KEYS[7]) end
   -- The fair counter: the next token is the larger of the last token + 1
   -- and the server time in microseconds. Tokens keep increasing across idle
   -- periods in which the keys expired, and across a failover to a replica
@@ -94,7 +105,7 @@ if limit - live > ahead then
   redis.call('ZADD', KEYS[2], token, id)
   -- live == 0: the ZSETs were (re)created; no counter: the HASH was.
   keep_alive(now, expires, lease, live == 0, not last)
-  return {1, token, now, expires}
+  return {1, token, now, expires, over}
 end
 
 local again = held_again()
@@ -112,6 +123,7 @@ if ticket > 0 then
     -- Tickets are numbered by server time in microseconds: arrival order.
     number = number or string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
     redis.call('ZADD', KEYS[4], number, id)
+    redis.call('HSET', KEYS[6], id, ARGV[4])
     out[5] = number
   end
   redis.call('ZADD', KEYS[5], now + ticket, id)
@@ -124,6 +136,8 @@ if ticket > 0 then
     redis.call('PEXPIRE', KEYS[4], keep)
     redis.call('PEXPIRE', KEYS[5], keep)
   end
+  -- The waiters' meta: the same lifetime, never shortened.
+  lengthen(KEYS[6], keep)
 end
 
 local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)

@@ -1,4 +1,4 @@
-"""A contending process for tests/test_contention.py.
+"""A contending process for tests/system/test_contention.py.
 
 Prints ``ready`` once Django is set up, then for every JSON command read on
 stdin (``algorithm``, ``name``, ``limit``, ``timeout``, ``seconds``) takes

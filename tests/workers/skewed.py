@@ -1,4 +1,4 @@
-"""A process whose clock is wrong, for tests/test_clock_skew.py.
+"""A process whose clock is wrong, for tests/system/test_clock_skew.py.
 
 ``python -m tests.workers.skewed OFFSET COMMAND_JSON``: ``time.time()`` is
 shifted by OFFSET seconds *before* the engine is imported; then the process

@@ -21,8 +21,7 @@ import pytest
 from django_semaphore import Semaphore, connection
 from django_semaphore.algorithms import ALGORITHMS
 from django_semaphore.scripting import Sleep, execute
-
-from .helpers import wait_until
+from tests.helpers import wait_until
 
 SEEDS = ["basic", "fair", "fair_locked"]
 
@@ -274,15 +273,7 @@ def test_fair_ranks_only_live_owners(raw_redis, algorithm):
     assert [h.identifier for h in sem.holders()] == [lease.identifier]
 
 
-# -- the registry and the Algorithm Protocol -------------------------------------------------
-
-
-def test_the_registry_holds_every_algorithm_the_settings_accept():
-    from django_semaphore.validation import ALGORITHM_NAMES
-
-    assert sorted(ALGORITHMS) == sorted(ALGORITHM_NAMES)
-    assert all(algorithm.name == name for name, algorithm in ALGORITHMS.items())
-    assert [name for name, algorithm in ALGORITHMS.items() if algorithm.queues] == ["lua"]
+# -- the Algorithm Protocol --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("algorithm", SEEDS)

@@ -24,9 +24,8 @@ from django_semaphore.inspection import holders, purge, status
 from django_semaphore.keys import glob_escape
 from django_semaphore.scripting import Script, execute, run
 from django_semaphore.waiting import TICKET_MS
+from tests.helpers import wait_until
 from tests.settings_web import WEB_SEMAPHORES
-
-from .helpers import wait_until
 
 LUA = ALGORITHMS["lua"]
 

@@ -20,12 +20,25 @@ import zipfile
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import ROOT
+
 PACKAGE = "django_semaphore"
-# What `make matrix` runs today. Extend this, setup.cfg's classifiers and python_requires
-# (and ruff's / mypy's target versions) together with noxfile.py's matrix.
-TESTED_PYTHONS = {"3.11"}
-TESTED_DJANGOS = {"4.2", "5.2"}
+
+
+def _matrix():
+    """noxfile.py's DJANGO table: Django version -> (pins, Pythons), read without importing nox."""
+    with open(os.path.join(ROOT, "noxfile.py")) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DJANGO" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError("noxfile.py has no DJANGO table")
+
+
+# What `make matrix` runs: setup.cfg's classifiers and python_requires must say
+# the same (ruff's and mypy's target version follow the oldest Python).
+TESTED_DJANGOS = set(_matrix())
+TESTED_PYTHONS = {python for _, pythons in _matrix().values() for python in pythons}
 
 # Never copied: local state, caches, other builds (copytree matches these against base names).
 IGNORED = shutil.ignore_patterns(

@@ -18,9 +18,9 @@ import urllib.request
 import pytest
 
 from tests.browser import chromium, new_page, screenshot
+from tests.helpers import ROOT
 from tests.servers import free_port
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MANAGE = os.path.join(ROOT, "testproject", "manage.py")
 STARTUP_SECONDS = 60
 

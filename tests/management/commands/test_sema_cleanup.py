@@ -1,21 +1,20 @@
-"""manage.py sema_cleanup and sema_status, against the real Redis."""
+"""manage.py sema_cleanup, against the real Redis."""
 
 import subprocess
 import sys
 import threading
-import time
-from io import StringIO
 
 import pytest
-import redis.cluster
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 from django_semaphore import Semaphore, semaphores
+from tests.helpers import run_command, wait_until_expired
 from tests.servers import free_port
 
 # Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py),
 # except those that talk to the single server directly.
 pytestmark = pytest.mark.usefixtures("backend")
+
 
 SEMAPHORES = {
     "reports": {"LIMIT": 2, "TIMEOUT": 30},
@@ -27,36 +26,6 @@ SEMAPHORES = {
 @pytest.fixture(autouse=True)
 def configured(settings):
     settings.SEMAPHORES = SEMAPHORES
-
-
-def _server_ms(client, key):
-    if isinstance(client, redis.cluster.RedisCluster):
-        client = client.get_node_from_key(key).redis_connection
-    seconds, micros = client.time()
-    return seconds * 1000 + micros / 1000
-
-
-def wait_until_expired(client, *partitions):
-    """Block until the Redis clock is past every lease in ``partitions`` (PartitionKeys).
-
-    The keys are PERSISTed first: their TTL (lease + 1 s) must not remove them
-    before the cleanup under test sees the expired entries on a slow machine.
-    ``client`` is a plain Redis or RedisCluster client.
-    """
-    for keys in partitions:
-        for key in (keys.timeouts, keys.owners, keys.holds):
-            client.persist(key)
-        scores = client.zrange(keys.timeouts, 0, -1, withscores=True)
-        assert scores, f"no lease in {keys.base}"
-        deadline = max(score for _, score in scores) + 1
-        while (left_ms := deadline - _server_ms(client, keys.timeouts)) >= 0:
-            time.sleep(left_ms / 1000)
-
-
-def run(*args, **options):
-    out = StringIO()
-    call_command(*args, stdout=out, stderr=StringIO(), **options)
-    return out.getvalue().splitlines()
 
 
 @pytest.fixture
@@ -73,13 +42,13 @@ def expired_and_live(raw_redis):
 
 
 def test_nothing_to_clean():
-    assert run("sema_cleanup") == ["Removed 0 expired entries from 3 semaphores."]
-    assert run("sema_cleanup", "--dry-run") == ["Would remove 0 expired entries from 3 semaphores."]
+    assert run_command("sema_cleanup") == ["Removed 0 expired entries from 3 semaphores."]
+    assert run_command("sema_cleanup", "--dry-run") == ["Would remove 0 expired entries from 3 semaphores."]
 
 
 def test_dry_run_then_cleanup(expired_and_live, raw_redis):
     live = expired_and_live
-    lines = run("sema_cleanup", "--dry-run", verbosity=2)
+    lines = run_command("sema_cleanup", "--dry-run", verbosity=2)
     assert lines == [
         "reports: would remove 0 expired entries from 1 partitions.",
         "quick: would remove 3 expired entries from 1 partitions.",
@@ -88,18 +57,20 @@ def test_dry_run_then_cleanup(expired_and_live, raw_redis):
     ]
     assert raw_redis.zcard(semaphores["quick"].partition().timeouts) == 3  # nothing removed
 
-    assert run("sema_cleanup") == ["Removed 5 expired entries from 3 semaphores."]
+    assert run_command("sema_cleanup") == ["Removed 5 expired entries from 3 semaphores."]
     assert raw_redis.zcard(semaphores["quick"].partition().timeouts) == 0
     assert raw_redis.hlen(semaphores["quick"].partition().holds) <= 1  # only the counter is left
     assert [h.token for h in semaphores["reports"].holders()] == [live.token]
     assert live.refresh() is True
-    assert run("sema_cleanup", verbosity=0) == ["Removed 0 expired entries from 3 semaphores."]
+    assert run_command("sema_cleanup", verbosity=0) == ["Removed 0 expired entries from 3 semaphores."]
 
 
 def test_selected_semaphores(expired_and_live):
-    lines = run("sema_cleanup", "--semaphore", "per-ip", "--semaphore", "reports", "--semaphore", "per-ip")
+    lines = run_command(
+        "sema_cleanup", "--semaphore", "per-ip", "--semaphore", "reports", "--semaphore", "per-ip"
+    )
     assert lines == ["Removed 2 expired entries from 2 semaphores."]
-    assert run("sema_cleanup", "--semaphore", "quick", verbosity=2) == [
+    assert run_command("sema_cleanup", "--semaphore", "quick", verbosity=2) == [
         "quick: removed 3 expired entries from 1 partitions.",
         "Removed 3 expired entries from 1 semaphores.",
     ]
@@ -109,7 +80,7 @@ def test_unconfigured_semaphores_under_the_prefix_are_cleaned(raw_redis):
     retired = Semaphore("retired:old", limit=3, timeout=0.2)
     assert retired.acquire() and retired.acquire()
     wait_until_expired(raw_redis, retired.partition())
-    lines = run("sema_cleanup", verbosity=2)
+    lines = run_command("sema_cleanup", verbosity=2)
     assert "retired_old (not in SEMAPHORES): removed 2 expired entries from 1 partitions." in lines
     assert lines[-1] == "Removed 2 expired entries from 4 semaphores."
     assert raw_redis.zcard(retired.partition().timeouts) == 0
@@ -126,19 +97,19 @@ def test_cleanup_scans_every_primary_of_a_cluster(backend, backend_redis):
     assert len(nodes) > 1  # the partitions are spread over several primaries
     live = semaphores["reports"].acquire()
     wait_until_expired(backend_redis, *partitions)
-    assert run("sema_cleanup", "--dry-run", verbosity=2)[2] == (
+    assert run_command("sema_cleanup", "--dry-run", verbosity=2)[2] == (
         "per-ip: would remove 12 expired entries from 12 partitions."
     )
-    assert run("sema_cleanup")[-1] == "Removed 12 expired entries from 3 semaphores."
+    assert run_command("sema_cleanup")[-1] == "Removed 12 expired entries from 3 semaphores."
     assert all(backend_redis.zcard(keys.timeouts) == 0 for keys in partitions)
     assert [h.token for h in semaphores["reports"].holders()] == [live.token]
-    rows = [line.split() for line in run("sema_status")[2:]]
+    rows = [line.split() for line in run_command("sema_status")[2:]]
     assert ["reports", "-", "2", "1", "1", "0"] in rows
 
 
 def test_unknown_semaphore_is_a_command_error():
     with pytest.raises(CommandError, match="Unknown semaphore.*'nope'") as info:
-        run("sema_cleanup", "--semaphore", "reports", "--semaphore", "nope")
+        run_command("sema_cleanup", "--semaphore", "reports", "--semaphore", "nope")
     assert info.value.returncode == 2
 
 
@@ -161,7 +132,7 @@ def test_never_removes_a_live_holder_while_traffic_flows(settings):
         thread.start()
     try:
         for _ in range(30):
-            assert run("sema_cleanup", "--semaphore", "busy") == [
+            assert run_command("sema_cleanup", "--semaphore", "busy") == [
                 "Removed 0 expired entries from 1 semaphores."
             ]
     finally:
@@ -204,43 +175,3 @@ def test_every_option_names_its_default():
         assert own
         for action in own:
             assert "Default:" in action.help, action.dest
-
-
-def test_status_table():
-    reports, per_ip = semaphores["reports"], semaphores["per-ip"]
-    held = [reports.acquire(), per_ip.acquire(key="192.0.2.7")]
-    try:
-        lines = run("sema_status")
-    finally:
-        for lease in held:
-            lease.release()
-    assert lines[0].split() == ["SEMAPHORE", "PARTITION", "LIMIT", "IN", "USE", "FREE", "WAITING"]
-    rows = [line.split() for line in lines[2:]]
-    assert ["reports", "-", "2", "1", "1", "0"] in rows
-    assert ["quick", "-", "5", "0", "5", "0"] in rows
-    assert ["per-ip", "192.0.2.7", "1", "1", "0", "0"] in rows
-
-
-def test_status_with_name_lists_holders_in_token_order():
-    reports = semaphores["reports"]
-    first = reports.acquire(
-        meta={"user": "alice", "method": "GET", "path": "/r/1", "remote_addr": "10.1.1.1"}
-    )
-    second = reports.acquire(meta={"user": "bob"})
-    try:
-        out = "\n".join(run("sema_status", "reports"))
-    finally:
-        first.release()
-        second.release()
-    assert "Holders: 2 of 2 in use, 0 waiting" in out
-    assert out.index("alice") < out.index("bob")
-    row = next(line for line in out.splitlines() if "alice" in line).split()
-    assert row[0] == str(first.token)
-    assert {"GET", "/r/1", "10.1.1.1"} <= set(row)
-    assert first.identifier not in out
-
-
-def test_status_unknown_name():
-    with pytest.raises(CommandError, match="Unknown semaphore 'nope'") as info:
-        run("sema_status", "nope")
-    assert info.value.returncode == 2

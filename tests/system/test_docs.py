@@ -18,8 +18,8 @@ import textwrap
 import pytest
 
 from django_semaphore import conf, validation
+from tests.helpers import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.rst")
 DOCS = os.path.join(ROOT, "docs")
 README_MAX_BYTES = 25 * 1024

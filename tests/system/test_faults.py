@@ -22,8 +22,7 @@ from redis.retry import Retry
 from django_semaphore import Semaphore, SemaphoreBackendError, connection, signals
 from django_semaphore.algorithms import ALGORITHMS, Granted
 from django_semaphore.scripting import execute, run
-
-from .helpers import wait_until
+from tests.helpers import wait_until
 
 LUA = ALGORITHMS["lua"]
 

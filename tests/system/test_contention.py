@@ -22,13 +22,12 @@ import uuid
 
 import pytest
 
-from .helpers import max_overlap
+from tests.helpers import ROOT, max_overlap
 
 PROCESSES = 16
 LIMIT = 3
 SECONDS = {"lua": 3.0, "fair_locked": 1.5, "fair": 1.5, "basic": 1.5}  # per phase
 LEASE = 30  # seconds: far longer than any hold, so no lease expires mid-test
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytestmark = pytest.mark.slow
 

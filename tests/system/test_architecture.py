@@ -4,8 +4,12 @@
   included (imports under ``if TYPE_CHECKING:`` are for type checkers only).
 * No private name (``_name``) of one module is imported or reached by another:
   what modules share has a public name.
+* tests/ mirrors the package: django_semaphore/X.py is tested in tests/test_X.py,
+  django_semaphore/P/X.py in tests/P/test_X.py, a package's __init__.py in
+  tests/test_P.py, and every test file outside tests/system/ (the scenarios
+  that exercise many modules together) names a module that exists.
 
-Both read the source with ``ast``; nothing is imported or run.
+They read the source with ``ast`` or look at file names; nothing is imported or run.
 """
 
 import ast
@@ -13,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "django_semaphore"
+PACKAGE = Path(__file__).resolve().parents[2] / "django_semaphore"
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def _module_name(path):
@@ -149,3 +154,84 @@ def test_no_private_name_crosses_a_module(module):
         and _private(node.attr)
     ]
     assert offences == []
+
+
+# -- tests/ mirrors the package ------------------------------------------------------------
+
+#: Modules (or folders, ending in "/") without a test file of their own, and why.
+EXEMPT = {
+    "migrations/": "the migration is checked against the model in tests/test_models.py",
+    "management/__init__.py": "an empty package marker",
+    "management/commands/__init__.py": "an empty package marker",
+    "algorithms/__init__.py": "the registry only, tested with the Protocol in tests/algorithms/test_base.py",
+    "metrics/urls.py": "one URL pattern, the scrape endpoint tests/test_metrics.py requests",
+}
+#: Modules whose test file is not named after them.
+RENAMED = {"__init__.py": "test_api.py"}  # the package's own __init__: its public API
+#: Scenario tests that exercise many modules together: they name no one module.
+SCENARIOS = "system"
+
+
+def mirror(module):
+    """The test file (relative to tests/) of ``module`` (a path relative to the package)."""
+    module = Path(module)
+    if module.as_posix() in RENAMED:
+        return Path(RENAMED[module.as_posix()])
+    if module.name == "__init__.py":  # a package as a module: metrics/__init__.py -> test_metrics.py
+        return module.parent.parent / f"test_{module.parent.name}.py"
+    return module.parent / f"test_{module.name}"
+
+
+def _exempt(module):
+    return any(
+        module.as_posix() == entry or (entry.endswith("/") and module.as_posix().startswith(entry))
+        for entry in EXEMPT
+    )
+
+
+def untested_modules(package, tests):
+    """Modules of ``package`` (exemptions aside) without their test file under ``tests``."""
+    modules = sorted(path.relative_to(package) for path in package.rglob("*.py"))
+    return [
+        f"{package.name}/{module.as_posix()} has no tests/{mirror(module).as_posix()}"
+        for module in modules
+        if not _exempt(module) and not (tests / mirror(module)).exists()
+    ]
+
+
+def orphan_tests(package, tests):
+    """Test files under ``tests`` (scenarios aside) that name no module of ``package``."""
+    mirrors = {mirror(path.relative_to(package)) for path in package.rglob("*.py")}
+    found = sorted(path.relative_to(tests) for path in tests.rglob("test_*.py"))
+    return [
+        f"tests/{test.as_posix()} names no module of {package.name}/"
+        for test in found
+        if test.parts[0] != SCENARIOS and test not in mirrors
+    ]
+
+
+def test_the_test_file_of_a_module_is_named_after_it():
+    assert mirror("core.py") == Path("test_core.py")
+    assert mirror("algorithms/lua.py") == Path("algorithms/test_lua.py")
+    assert mirror("management/commands/sema_cleanup.py") == Path("management/commands/test_sema_cleanup.py")
+    assert mirror("metrics/__init__.py") == Path("test_metrics.py")
+    assert mirror("__init__.py") == Path("test_api.py")
+
+
+def test_the_mirror_check_finds_a_module_without_tests_and_a_test_without_module(tmp_path):
+    package, tests = tmp_path / "pkg", tmp_path / "tests"
+    for path in ("__init__.py", "core.py", "foo.py", "sub/__init__.py", "sub/bar.py", "migrations/0001_x.py"):
+        (package / path).parent.mkdir(parents=True, exist_ok=True)
+        (package / path).touch()
+    test_files = ["test_api.py", "test_core.py", "test_sub.py", "sub/test_bar.py"]
+    for path in [*test_files, "test_gone.py", "system/test_x.py"]:
+        (tests / path).parent.mkdir(parents=True, exist_ok=True)
+        (tests / path).touch()
+    assert untested_modules(package, tests) == ["pkg/foo.py has no tests/test_foo.py"]
+    assert orphan_tests(package, tests) == ["tests/test_gone.py names no module of pkg/"]
+
+
+def test_tests_mirror_the_modules():
+    assert untested_modules(PACKAGE, TESTS) == []
+    assert orphan_tests(PACKAGE, TESTS) == []
+    assert all((PACKAGE / entry).exists() for entry in EXEMPT), "an exemption for a module that is gone"

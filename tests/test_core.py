@@ -1,28 +1,110 @@
-"""The asyncio twins share the scripts and keys of the sync API."""
-
-import asyncio
-import datetime
-import os
+"""Semaphore (django_semaphore.core): the limit, hold and ahold, configured and ad-hoc
+semaphores, and the asyncio twin of every method that talks to Redis."""
 
 import pytest
 
 from django_semaphore import Semaphore, SemaphoreFull, semaphores
-from django_semaphore.inspection import Holder
 from django_semaphore.lease import Lease
+from tests.helpers import until
 
 ALGORITHMS = ["lua", "fair_locked", "fair", "basic"]
+
 
 # Every contract test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py).
 pytestmark = pytest.mark.usefixtures("backend")
 
 
-async def until(predicate, timeout=10.0, message="condition"):
-    """Await ``predicate()`` (a coroutine function) becoming true."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        if asyncio.get_running_loop().time() >= deadline:
-            raise AssertionError(f"{message} not reached within {timeout}s")
-        await asyncio.sleep(0.02)
+# -- the limit ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_limit_is_enforced(algorithm):
+    sem = Semaphore("limited", limit=3, timeout=30, algorithm=algorithm)
+    leases = [sem.acquire() for _ in range(3)]
+    assert all(isinstance(lease, Lease) for lease in leases)
+    assert sem.acquire() is None
+    assert sem.available() == 0
+    assert len(sem.holders()) == 3
+    assert leases[1].release() is True
+    assert sem.available() == 1
+    again = sem.acquire()
+    assert again is not None
+    assert sem.acquire() is None
+    for lease in [leases[0], leases[2], again]:
+        assert lease.release() is True
+    assert sem.available() == 3
+    assert sem.holders() == []
+
+
+def test_configured_semaphore_uses_settings():
+    sem = semaphores["reports"]  # LIMIT 2, TIMEOUT 5 in tests/settings.py
+    assert (sem.name, sem.limit, sem.timeout) == ("reports", 2, 5)
+    a, b = sem.acquire(), sem.acquire()
+    assert a and b
+    assert sem.acquire() is None
+    assert a.release() and b.release()
+
+
+def test_hold_releases_and_raises_semaphore_full():
+    sem = Semaphore("held", limit=1, timeout=30)
+    with sem.hold(meta={"job": 1}) as lease:
+        assert isinstance(lease, Lease)
+        assert sem.available() == 0
+        with pytest.raises(SemaphoreFull) as info, sem.hold():
+            pass  # pragma: no cover - never entered
+        assert info.value.name == "held"
+        assert 25 <= info.value.retry_after <= 30  # the holder's remaining lease
+    assert lease.released
+    assert sem.available() == 1
+
+
+def test_hold_releases_when_the_block_raises():
+    sem = Semaphore("held", limit=1, timeout=30)
+    with pytest.raises(ZeroDivisionError), sem.hold():
+        1 / 0  # noqa: B018
+    assert sem.available() == 1
+
+
+def test_retry_after_is_capped_at_timeout():
+    Semaphore("capped", limit=1, timeout=60).acquire()
+    # A caller whose TIMEOUT is shorter than the holder's lease waits at most its TIMEOUT.
+    with pytest.raises(SemaphoreFull) as info, Semaphore("capped", limit=1, timeout=2).hold():
+        pass  # pragma: no cover
+    assert info.value.retry_after == 2
+    with pytest.raises(SemaphoreFull) as info, Semaphore("capped", limit=1, timeout=0.2).hold():
+        pass  # pragma: no cover
+    assert info.value.retry_after == 1  # whole seconds, at least 1
+
+
+def test_partitions_are_independent():
+    sem = Semaphore("parted", limit=1, timeout=30)
+    a = sem.acquire(key="alice")
+    assert sem.acquire(key="alice") is None
+    b = sem.acquire(key="bob")
+    c = sem.acquire()  # key=None is a partition of its own
+    d = sem.acquire(key="")  # and so is the empty string
+    assert a and b and c and d
+    assert sem.available("alice") == 0 and sem.available("carol") == 1
+    assert [h.identifier for h in sem.holders(key="bob")] == [b.identifier]
+    assert [h.identifier for h in sem.holders()] == [c.identifier]
+    assert [h.identifier for h in sem.holders(key="")] == [d.identifier]
+
+
+def test_wait_must_not_be_negative():
+    with pytest.raises(ValueError):
+        Semaphore("w", limit=1).acquire(wait=-1)
+
+
+def test_ad_hoc_semaphore_validates_its_arguments():
+    with pytest.raises(ValueError, match="LIMIT"):
+        Semaphore("bad", limit=0)
+    with pytest.raises(ValueError, match="TIMEOUT"):
+        Semaphore("bad", limit=1, timeout=0)
+    with pytest.raises(ValueError, match="ALGORITHM"):
+        Semaphore("bad", limit=1, algorithm="magic")
+
+
+# -- asyncio ------------------------------------------------------------------
 
 
 @pytest.mark.asyncio
@@ -75,95 +157,6 @@ async def test_ahold_releases_when_the_block_raises():
         async with sem.ahold():
             raise KeyError("boom")
     assert await sem.aavailable() == 1
-
-
-@pytest.mark.asyncio
-async def test_aholders_meta_and_times():
-    sem = Semaphore("aholders", limit=3, timeout=15)
-    first = await sem.aacquire(meta={"n": 1})
-    second = await sem.aacquire(key="k", meta={"n": 2})
-    (holder,) = await sem.aholders()
-    assert isinstance(holder, Holder)
-    assert (holder.identifier, holder.token) == (first.identifier, first.token)
-    assert holder.meta["n"] == 1 and holder.meta["pid"] == os.getpid()
-    assert holder.expires_at - holder.acquired_at == datetime.timedelta(seconds=15)
-    assert holder.acquired_at.tzinfo is not None
-    (keyed,) = await sem.aholders(key="k")
-    assert keyed.identifier == second.identifier and keyed.meta["key"] == "k"
-
-
-@pytest.mark.asyncio
-async def test_async_expiry_and_apurge_expired():
-    sem = Semaphore("apurge", limit=3, timeout=0.3)
-    lease = await sem.aacquire()
-    await sem.aacquire(key="other")
-
-    async def all_free():
-        return await sem.aavailable() == 3 and await sem.aavailable("other") == 3
-
-    await until(all_free, message="lease expiry")
-    assert await sem.aholders() == []
-    assert await sem.apurge_expired() == 2
-    assert await sem.apurge_expired() == 0
-    assert await lease.arefresh() is False
-    assert await sem.aavailable() == 3
-
-
-@pytest.mark.asyncio
-async def test_async_waiter_is_woken_by_a_release():
-    sem = Semaphore("await", limit=1, timeout=30)
-    holder = await sem.aacquire()
-    waiter = asyncio.create_task(sem.aacquire(wait=20))
-
-    async def queued():
-        return await asyncio.to_thread(lambda: sem.status().waiting) == 1
-
-    await until(queued, message="waiter queued")
-    assert not waiter.done()
-    assert await holder.arelease() is True
-    lease = await asyncio.wait_for(waiter, 10)
-    assert lease is not None and lease.token > holder.token
-    assert await lease.arelease() is True
-
-
-@pytest.mark.asyncio
-async def test_async_wait_times_out_without_blocking_the_loop():
-    sem = Semaphore("await", limit=1, timeout=30)
-    await sem.aacquire()
-    ticks = 0
-
-    async def ticker():
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.01)
-            ticks += 1
-
-    task = asyncio.create_task(ticker())
-    try:
-        assert await sem.aacquire(wait=0.5) is None
-    finally:
-        task.cancel()
-    assert ticks >= 3  # the loop kept running while we waited
-
-
-@pytest.mark.asyncio
-async def test_a_cancelled_waiter_does_not_hold_up_the_queue():
-    sem = Semaphore("acancel", limit=1, timeout=30)
-    holder = await sem.aacquire()
-    waiter = asyncio.create_task(sem.aacquire(wait=20))
-
-    async def queued():
-        return await asyncio.to_thread(lambda: sem.status().waiting) == 1
-
-    await until(queued, message="waiter queued")
-    waiter.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiter
-    # The cancelled waiter took its ticket back on the way out: the queue is
-    # empty at once, not when the abandoned ticket would have expired.
-    assert await asyncio.to_thread(lambda: sem.status().waiting) == 0
-    assert await holder.arelease() is True
-    assert await sem.aacquire() is not None
 
 
 # -- the twins: every Semaphore method that talks to Redis has an ``a`` twin ------------

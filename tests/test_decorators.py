@@ -1,0 +1,102 @@
+"""@semaphore (django_semaphore.decorators) with Django's test clients: sync and async
+function views and class-based views get their leases, exceptions release at once."""
+
+import threading
+
+import pytest
+
+from django_semaphore import semaphores, signals
+from tests.helpers import body
+from tests.settings_web import WEB_SEMAPHORES
+from tests.views import probe_keys
+
+
+@pytest.fixture(autouse=True)
+def web_semaphores(settings):
+    settings.SEMAPHORES = WEB_SEMAPHORES
+
+
+# -- the basics --------------------------------------------------------------------
+
+
+def test_sync_view_gets_its_lease_and_releases_it(client, events):
+    response = client.get("/web/slow/?sleep=0")
+    assert response.status_code == 200
+    lease = body(response)["leases"]["web-slow"]
+    assert lease["token"] > 0 and lease["lost"] is False
+    assert semaphores["web-slow"].available() == 2
+    assert [name for name, _ in events] == ["acquired", "released"]  # once each, by the core
+
+
+@pytest.mark.asyncio
+async def test_async_view_is_awaited_on_the_event_loop(async_client, events):
+    loop_thread = threading.get_ident()
+    threads = []
+
+    def where(sender, **kwargs):
+        threads.append(threading.get_ident())
+
+    signals.acquired.connect(where)
+    try:
+        response = await async_client.get("/web/aslow/?sleep=0")
+    finally:
+        signals.acquired.disconnect(where)
+    assert response.status_code == 200
+    assert "web-slow" in body(response)["leases"]
+    assert threads == [loop_thread]  # acquired with the asyncio client, not in a thread
+    assert await semaphores["web-slow"].aavailable() == 2
+
+
+def test_class_based_view(client):
+    response = client.get("/web/cbv/?sleep=0")
+    assert response.status_code == 200
+    assert "web-slow" in body(response)["leases"]
+    held = [semaphores["web-slow"].acquire() for _ in range(2)]
+    response = client.get("/web/cbv/?sleep=0")
+    assert response.status_code == 429
+    for lease in held:
+        lease.release()
+
+
+@pytest.mark.asyncio
+async def test_async_class_based_view(async_client):
+    response = await async_client.get("/web/acbv/?sleep=0")
+    assert response.status_code == 200
+    assert "web-slow" in body(response)["leases"]
+    held = [await semaphores["web-slow"].aacquire() for _ in range(2)]
+    response = await async_client.get("/web/acbv/?sleep=0")
+    assert response.status_code == 429
+    for lease in held:
+        await lease.arelease()
+
+
+def test_decorator_keeps_the_view_name_and_declares_its_needs():
+    from tests import views
+
+    assert views.slow.__name__ == "slow"
+    assert [need.name for need in views.pair_xy.semaphore_needs] == ["pair-x", "pair-y"]
+
+
+# -- exceptions --------------------------------------------------------------------
+
+
+def test_exception_in_the_view_releases_at_once(client, events):
+    client.raise_request_exception = False
+    response = client.get("/web/boom/")
+    assert response.status_code == 500
+    assert semaphores["web-one"].available() == 1
+    assert [name for name, _ in events] == ["acquired", "released"]
+
+
+@pytest.mark.asyncio
+async def test_exception_in_an_async_view_releases_at_once(async_client):
+    with pytest.raises(ValueError):
+        await async_client.get("/web/aboom/")
+    assert await semaphores["web-one"].aavailable() == 1
+
+
+# -- the test views' own rig ---------------------------------------------------------
+
+
+def test_probe_keys_are_under_the_prefix(key_prefix):
+    assert all(key.startswith(key_prefix + ":") for key in probe_keys("x"))

@@ -1,0 +1,67 @@
+"""Holding a request's semaphores until its response is closed (django_semaphore.streaming):
+a streaming response holds its slot until the last byte; an unclosed one lets it expire."""
+
+import gc
+
+import pytest
+from django.http import HttpResponse
+from django.test import RequestFactory
+
+from django_semaphore import semaphore, semaphores
+from tests.helpers import wait_until
+from tests.settings_web import WEB_SEMAPHORES
+from tests.views import gate_key
+
+
+@pytest.fixture(autouse=True)
+def web_semaphores(settings):
+    settings.SEMAPHORES = WEB_SEMAPHORES
+
+
+def test_streaming_response_holds_the_slot_until_closed(client, raw_redis):
+    sem = semaphores["web-one"]
+    response = client.get("/web/stream/", REMOTE_ADDR="10.1.2.3")
+    assert response.status_code == 200
+    chunks = iter(response.streaming_content)
+    assert next(chunks) == b"first\n"
+    assert sem.available() == 0
+    (holder,) = sem.holders()
+    assert holder.meta["method"] == "GET"
+    assert holder.meta["path"] == "/web/stream/"
+    assert holder.meta["remote_addr"] == "10.1.2.3"
+    assert holder.meta["user"] is None
+    assert client.get("/web/stream/").status_code == 429
+    raw_redis.rpush(gate_key("stream"), "go")
+    assert list(chunks) == [b"second\n"]  # exhausting the stream closes the response
+    assert sem.available() == 1
+
+
+@pytest.mark.asyncio
+async def test_async_streaming_response_holds_the_slot_until_closed(async_client, raw_redis):
+    sem = semaphores["web-one"]
+    response = await async_client.get("/web/astream/")
+    chunks = aiter(response.streaming_content)
+    assert await anext(chunks) == b"first\n"
+    assert await sem.aavailable() == 0
+    assert (await async_client.get("/web/astream/")).status_code == 429
+    raw_redis.rpush(gate_key("astream"), "go")
+    assert [chunk async for chunk in chunks] == [b"second\n"]
+    assert await sem.aavailable() == 1
+
+
+def test_unclosed_response_stops_renewing_when_collected():
+    """A response dropped without close() (a view called directly) lets its slot expire."""
+    captured = []
+
+    @semaphore("web-short")  # TIMEOUT 1 s, AUTO_REFRESH on
+    def view(request):
+        captured.append(request.semaphore_leases["web-short"])
+        return HttpResponse("ok")
+
+    response = view(RequestFactory().get("/"))
+    assert response.status_code == 200
+    del response
+    gc.collect()
+    sem = semaphores["web-short"]
+    wait_until(lambda: sem.available() == 1, timeout=15, message="abandoned lease expired")
+    assert not captured[0].released

@@ -1,0 +1,87 @@
+"""Validating the settings (django_semaphore.validation): raw values in, SemaphoreConfig
+objects and Problems out, without reading Django's settings or talking to Redis.
+
+The system checks built on these (tests/test_checks.py) go through Django; these
+call the validators directly.
+"""
+
+from django.core.exceptions import ImproperlyConfigured
+
+from django_semaphore import conf, partitions
+from django_semaphore.validation import (
+    ENTRY_DEFAULTS,
+    Problem,
+    resolve_key,
+    validate,
+    validate_entry,
+)
+
+CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}}
+
+
+def ids(problems):
+    return [p.id.rsplit(".", 1)[1] for p in problems]
+
+
+def test_an_entry_with_only_a_limit_gets_every_default():
+    config, problems = validate_entry("reports", {"LIMIT": 2})
+    assert problems == []
+    assert (config.name, config.limit) == ("reports", 2)
+    assert config.timeout == ENTRY_DEFAULTS["TIMEOUT"]
+    assert config.timeout_ms == ENTRY_DEFAULTS["TIMEOUT"] * 1000
+    assert config.wait == ENTRY_DEFAULTS["WAIT"]
+    assert config.key is None and config.algorithm == "lua" and config.auto_refresh is True
+    assert (config.paths, config.url_names, config.methods) == ((), frozenset(), None)
+
+
+def test_a_bad_entry_gets_no_config_and_every_problem_in_check_order():
+    config, problems = validate_entry("bad", {"LIMT": 3, "TIMEOUT": -1, "WAIT": "1"})
+    assert config is None
+    assert ids(problems) == ["E011", "E003", "E004", "E005"]
+    assert all(not p.warning and "SEMAPHORES['bad']" in p.msg and p.hint for p in problems)
+
+
+def test_a_warning_keeps_the_config():
+    config, problems = validate_entry("loose", {"LIMIT": 2, "ALGORITHM": "basic"})
+    assert config is not None and config.algorithm == "basic"
+    assert ids(problems) == ["W001"] and problems[0].warning
+
+
+def test_a_lease_shorter_than_a_millisecond_is_still_one():
+    config, _ = validate_entry("tiny", {"LIMIT": 1, "TIMEOUT": 0.0001})
+    assert config.timeout_ms == 1
+
+
+def test_every_kind_of_key_resolves_to_a_function_of_the_request():
+    def own(request):
+        return "mine"
+
+    assert resolve_key("k", None) == (None, [])
+    assert resolve_key("k", "ip") == (partitions.by_ip, [])
+    assert resolve_key("k", "user") == (partitions.by_user, [])
+    assert resolve_key("k", "header:X-Tenant") == (partitions.ByHeader("x-tenant"), [])
+    assert resolve_key("k", "django_semaphore.partitions.by_ip") == (partitions.by_ip, [])
+    assert resolve_key("k", own) == (own, [])
+    for bad, check in [("nope", "E006"), ("header: ", "E006"), (5, "E006"), ("no_such.module.key", "E007")]:
+        func, problems = resolve_key("k", bad)
+        assert func is None and ids(problems) == [check], bad
+
+
+def test_validate_keeps_global_and_entry_problems_apart():
+    values = {
+        **conf.DEFAULTS,
+        "SEMAPHORE_KEY_PREFIX": "",
+        "SEMAPHORES": {"good": {"LIMIT": 1}, "bad": {"LIMIT": 0}},
+    }
+    report = validate(values, CACHES)
+    assert list(report.configs) == ["good"]
+    assert ids(report.problems[None]) == ["E014"]
+    assert ids(report.problems["bad"]) == ["E003"]
+    assert report.problems["good"] == []
+
+
+def test_a_problem_raised_carries_its_message_hint_and_id():
+    problem = Problem("django_semaphore.E003", "SEMAPHORES['x'] has no LIMIT.", "Set LIMIT.")
+    exc = problem.as_exception()
+    assert isinstance(exc, ImproperlyConfigured)
+    assert str(exc) == "SEMAPHORES['x'] has no LIMIT. HINT: Set LIMIT. (django_semaphore.E003)"
