@@ -74,14 +74,14 @@ def table(r, targets):
         add("Redis usec/cycle", f"{algorithm}: every command it sends", f"{usec:.1f}")
     if "overrides" in r:
         o = r["overrides"]
-        same = abs(o["override"]["commands_per_cycle"] - o["settings"]["commands_per_cycle"]) < 0.05
+        same = abs(o["override"]["round_trips_per_cycle"] - o["settings"]["round_trips_per_cycle"]) < 0.05
         for label in ("settings", "override"):
             row = o[label]
             add(
-                "commands/cycle",
+                "round trips/cycle",
                 f"limit from {label} ({row['limit']})",
-                f"{row['commands_per_cycle']:.3f}",
-                f"{row['cycle_us']:.0f} us/cycle",
+                f"{row['round_trips_per_cycle']:.3f}",
+                f"{row['scripts_per_cycle']:.2f} scripts, {row['polls']} polls",
                 f"no extra round trip: {_verdict(same)}" if label == "override" else "",
             )
 
@@ -100,6 +100,16 @@ def table(r, targets):
         "",
         f"< {targets['wake_p99_ms']}: {_verdict(w['p99_ms'] < targets['wake_p99_ms'])}",
     )
+
+    for kind, row in r.get("parking", {}).items():
+        label = "parked (semaphore_task)" if kind == "parked" else "retry(countdown=1)"
+        add(
+            "Celery start ms",
+            f"{label}, after a release (n={row['samples']})",
+            f"p50 {row['p50_ms']:.0f} / p99 {row['p99_ms']:.0f}",
+            "",
+            f"< 1000: {_verdict(row['max_ms'] < 1000)}" if kind == "parked" else "",
+        )
 
     for (algorithm, processes), row in r["contention"].items():
         target = ""
