@@ -41,7 +41,17 @@ from django.dispatch import receiver
 from . import conf, connection, stats
 from .bursts import Bursts
 from .keys import control_key
-from .scripting import Client, Command, LuaScript, Operation, Pipe, Script, arun, run
+from .scripting import (
+    Client,
+    Command,
+    LuaScript,
+    Operation,
+    Pipe,
+    Script,
+    arun,
+    execute,
+    run,
+)
 from .validation import MODES
 
 if TYPE_CHECKING:
@@ -273,13 +283,23 @@ class Cache:
         if not commands:
             self.ticks += 1
             return
+        server = "Redis"
         try:
+            # Straight to the client, not through scripting.run: a background
+            # poll is no caller's operation, so it sends no backend_failed (the
+            # metrics count callers' failures); it logs once per burst below.
             client = connection.get_client()
-            replies = run(client, _pipe(commands))
+            server = f"Redis at {connection.server_name(client)}"
+            replies = execute(client, Pipe(commands, transaction=False))
         except Exception as exc:
             pending.restore()
             if self._failures.event("poll") is not None:
-                logger.warning("django-semaphore: could not read the runtime overrides: %s", exc)
+                logger.warning(
+                    "django-semaphore: could not read the runtime overrides: %s failed: %s: %s",
+                    server,
+                    type(exc).__name__,
+                    exc,
+                )
             self.ticks += 1
             return
         self._failures.end()
@@ -288,11 +308,6 @@ class Cache:
                 continue
             self.store(prefix, _table_from(reply), generation)
         self.ticks += 1
-
-
-def _pipe(commands: tuple[tuple[Any, ...], ...]) -> Operation[Any]:
-    replies = yield Pipe(commands, transaction=False)
-    return replies
 
 
 _cache = Cache()
@@ -307,6 +322,7 @@ def cache() -> Cache:
 def _forget_other_servers(*, setting: str, **kwargs: Any) -> None:
     if setting in ("SEMAPHORE_REDIS", "CACHES"):
         _cache.clear()
+        stats.drain()  # counted against the other server: not flushed to this one
 
 
 def _prefix() -> str:

@@ -114,6 +114,9 @@ def test_abandoned_partitions_leave_nothing_behind(own_redis, settings):
     def partition_keys():
         return [key for key in admin.scan_iter(count=1000) if key not in per_semaphore]
 
+    def left():  # for the failure message: what is still there, with its TTL
+        return [(key, admin.pttl(key)) for key in partition_keys()[:5]]
+
     def flood(count, offset=0):
         # The engine's own acquire requests, pipelined for speed: the same script and keys.
         pipe = client.pipeline(transaction=False)
@@ -131,7 +134,10 @@ def test_abandoned_partitions_leave_nothing_behind(own_redis, settings):
     assert sem.acquire(key="192.0.2.1").release()  # loads the script
     flood(100, offset=PARTITIONS)
     list(admin.scan_iter(count=1000))
-    wait_until(lambda: not partition_keys(), timeout=15, message="warm-up keys expiring")
+    try:
+        wait_until(lambda: not partition_keys(), timeout=15, message="warm-up keys expiring")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; left (key, PTTL ms): {left()}") from None
     readings = []
 
     def settled():  # the server cron shrinks emptied tables: wait for a steady reading
