@@ -460,26 +460,37 @@ def test_every_process_applies_a_change_within_a_second(subprocess_env, capsys):
         assert all(0 <= v < 1.0 for v in values), latencies
 
 
-def test_the_poller_keeps_the_last_overrides_when_redis_fails(settings, caplog, monkeypatch):
+def test_the_poller_keeps_the_last_overrides_when_redis_fails(own_redis, settings, caplog):
+    """Redis stops: the poll fails, the overrides known stay in force, one WARNING
+    for the burst, and no backend_failed (a background poll is no caller's operation)."""
     sem = Semaphore("keep", limit=3, timeout=5)
     sem.override(limit=1)
     assert sem.effective() == (1, "enforce", "override")
     cache = control.cache()
+    failures = []
 
-    class Broken:
-        def pipeline(self, transaction=True):
-            raise ConnectionError("down")
+    def receiver(sender, **kwargs):
+        failures.append(kwargs)
 
-    # The poll fails (Redis down): the cache stays as it was.
-    monkeypatch.setattr(connection, "get_client", lambda: Broken())
-    with caplog.at_level("WARNING", logger="django_semaphore"):
-        cache.tick()
-        cache.tick()
-    monkeypatch.undo()
+    own_redis.stop()
+    signals.backend_failed.connect(receiver, weak=False)
+    try:
+        with caplog.at_level("WARNING", logger="django_semaphore"):
+            cache.tick()
+            cache.tick()
+    finally:
+        signals.backend_failed.disconnect(receiver)
     assert cache.lookup(settings.SEMAPHORE_KEY_PREFIX, "keep")[1].limit == 1
     assert sem.effective() == (1, "enforce", "override")
     warnings = [r for r in caplog.records if "runtime overrides" in r.getMessage()]
     assert len(warnings) == 1  # once per burst
+    assert f"127.0.0.1:{own_redis.port}" in warnings[0].getMessage()
+    assert failures == []
+    # Redis is back, empty (no persistence here): the next poll reads again and
+    # finds no override any more.
+    own_redis.start()
+    cache.tick()
+    assert sem.effective() == (3, "enforce", "settings")
 
 
 # -- off and SEMAPHORE_ENABLED ---------------------------------------------------------
