@@ -19,6 +19,7 @@ TARGETS = {
     "wake_p50_ms": 5.0,
     "wake_p99_ms": 20.0,
     "acquire_vs_seed": 1.5,
+    "weighted_vs_plain": 1.1,
 }
 
 
@@ -59,6 +60,9 @@ def options(argv):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds (a smoke run, noisier)")
     parser.add_argument("--skip-web", action="store_true", help="leave out the gunicorn/uvicorn section")
+    parser.add_argument(
+        "--skip-parking", action="store_true", help="leave out the Celery section (skipped without celery)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the raw figures as JSON")
     parser.add_argument(
         "--chart",
@@ -98,6 +102,11 @@ def main(argv=None):
         results["waiting"] = waiting.measure(samples=40 if quick else 200)
         say("contention: processes on LIMIT 5")
         results["contention"] = contention.measure(duration=0.5 if quick else 1.5)
+        from . import parking
+
+        if parking.AVAILABLE and not args.skip_parking:
+            say("parking: a parked Celery task's start delay after a release, vs retry(countdown=1)")
+            results["parking"] = parking.measure(server.url, samples=10 if quick else 30)
         if not args.skip_web:
             say(f"Django end to end ({web.load_generator()})")
             results["web"] = web.measure(server.url, rounds=2 if quick else 3, seconds=1 if quick else 2)

@@ -1,4 +1,8 @@
-"""Acquire+release cycles on one connection, beside the PING-pair floor and one-slot peers."""
+"""Acquire+release cycles on one connection, beside the PING-pair floor and one-slot peers.
+
+Also a weighted, prioritised cycle (``permits=2, priority=5``) beside the plain
+one on the same kind of semaphore: scheduling must cost at most 1.1 x.
+"""
 
 import os
 import uuid
@@ -43,14 +47,18 @@ def fill(sem, holders, client):
     assert len(sem.holders()) == holders
 
 
-def cycle(sem):
+def cycle(sem, permits=1, priority=0):
     def run():
-        lease = sem.acquire()
+        lease = sem.acquire(permits=permits, priority=priority)
         if lease is None:
             raise RuntimeError(f"{sem.name}: refused with nobody else using it")
         lease.release()
 
     return run
+
+
+#: The weighted, prioritised cycle's arguments.
+WEIGHTED = {"permits": 2, "priority": 5}
 
 
 def signal_receivers_off(fn):
@@ -120,8 +128,9 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
 
     def raw_scripts():  # our two scripts, called without the Python layer above them
         identifier = os.urandom(16).hex()
-        granted = client.evalsha(ACQUIRE.sha, 5, *raw_keys.main, 5, 60000, identifier, meta, 0, "")
-        client.evalsha(RELEASE.sha, 5, *raw_keys.main, identifier, 5, granted[2])  # [2]: acquired ms
+        n = len(raw_keys.main)
+        granted = client.evalsha(ACQUIRE.sha, n, *raw_keys.main, 5, 60000, identifier, meta, 0, "")
+        client.evalsha(RELEASE.sha, n, *raw_keys.main, identifier, 5, granted[2])  # [2]: acquired ms
 
     raw_sem.acquire().release()  # loads both scripts
     contenders = {"floor": floor, "script floor": script_floor, "raw scripts": raw_scripts}
@@ -132,6 +141,8 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
             fill(sem, holders, client)
             sems[(algorithm, holders)] = sem
             contenders[(algorithm, holders)] = cycle(sem)
+    weighted_sem = semaphore("lua", 0)
+    contenders["lua weighted"] = cycle(weighted_sem, **WEIGHTED)
     quiet = signal_receivers_off(cycle(sems[("lua", holder_counts[0])]))
     if quiet is not None:
         contenders["lua, no signal receivers"] = quiet
@@ -166,5 +177,11 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
         result["peers"][name] = {"rate": median(rates[name]), "vs_floor": ratio(relative, name, "floor")}
     lua0 = ("lua", holder_counts[0])
     result["lua_vs_fair_locked"] = ratio(relative, lua0, ("fair_locked", holder_counts[0]))
+    # Plain / weighted cycles per second: how much longer a weighted cycle takes.
+    result["weighted"] = {
+        "rate": median(rates["lua weighted"]),
+        "vs_floor": ratio(relative, "lua weighted", "floor"),
+        "plain_vs_weighted": ratio(relative, lua0, "lua weighted"),
+    }
     result["sems"] = sems
     return result

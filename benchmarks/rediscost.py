@@ -13,7 +13,7 @@ import uuid
 from django_semaphore import Semaphore, connection
 
 from .common import ALGORITHMS, median
-from .cycles import LEASE, fill
+from .cycles import LEASE, WEIGHTED, fill
 
 # Listing 11.8, verbatim apart from whitespace.
 SEED_ACQUIRE = """
@@ -93,8 +93,20 @@ def measure(rounds, holder_counts=(10, 1000, 10000)):
 TOP_LEVEL = ("evalsha", "eval", "multi", "exec", "set")
 
 
+def _cycle_usec(client, sem, kwargs):
+    """Server microseconds of one batch of acquire+release cycles, per cycle."""
+    before = _usec(client)
+    for _ in range(BATCH):
+        sem.acquire(**kwargs).release()
+    after = _usec(client)
+    return sum(_delta(after, before, c)[0] for c in TOP_LEVEL) / BATCH
+
+
 def per_cycle(rounds=100):
-    """Server microseconds per acquire+release cycle (the commands the client sends), per ALGORITHM."""
+    """Server microseconds per acquire+release cycle (the commands the client sends), per
+    ALGORITHM; and "lua weighted" (``permits=2, priority=5``) with "lua plain" beside it,
+    measured in pairs whose order alternates, and ``weighted_ratio``, the median of
+    the pairs' ratios (a batch's cost depends a little on what ran just before it)."""
     client = connection.get_client()
     result = {}
     for algorithm in ALGORITHMS:
@@ -103,12 +115,20 @@ def per_cycle(rounds=100):
         )
         for _ in range(20):
             sem.acquire().release()
-        per_batch = []
-        for _ in range(rounds):
-            before = _usec(client)
-            for _ in range(BATCH):
-                sem.acquire().release()
-            after = _usec(client)
-            per_batch.append(sum(_delta(after, before, c)[0] for c in TOP_LEVEL) / BATCH)
-        result[algorithm] = median(per_batch)
+        result[algorithm] = median([_cycle_usec(client, sem, {}) for _ in range(rounds)])
+    plain = Semaphore(f"costcycle-plain-{uuid.uuid4().hex[:6]}", limit=5, timeout=60)
+    weighted = Semaphore(f"costcycle-weighted-{uuid.uuid4().hex[:6]}", limit=5, timeout=60)
+    for _ in range(20):
+        plain.acquire().release()
+        weighted.acquire(**WEIGHTED).release()
+    pairs = []
+    for r in range(rounds):
+        if r % 2:
+            w, p = _cycle_usec(client, weighted, WEIGHTED), _cycle_usec(client, plain, {})
+        else:
+            p, w = _cycle_usec(client, plain, {}), _cycle_usec(client, weighted, WEIGHTED)
+        pairs.append((p, w))
+    result["lua plain"] = median([p for p, _ in pairs])
+    result["lua weighted"] = median([w for _, w in pairs])
+    result["weighted_ratio"] = median([w / p for p, w in pairs if p])
     return result

@@ -53,6 +53,23 @@ def table(r, targets):
     t = targets["lua_vs_fair_locked"]
     x = cyc["lua_vs_fair_locked"]
     add("cycles/s", "lua / fair_locked, empty", f"{x:.2f} x", "", f">= {t} x: {_verdict(x >= t)}")
+    if "weighted" in cyc:
+        row = cyc["weighted"]
+        t = targets["weighted_vs_plain"]
+        slower = 1 / row["plain_vs_weighted"] if row["plain_vs_weighted"] else float("nan")
+        add(
+            "cycles/s lua",
+            "weighted: permits=2, priority=5",
+            _fmt(row["rate"], ",.0f"),
+            f"{row['vs_floor']:.2f}",
+        )
+        add(
+            "cycles/s lua",
+            "plain / weighted cycles/s",
+            f"{slower:.3f} x",
+            "",
+            f"<= {t} x: {_verdict(slower <= t)}",
+        )
     for peer, row in cyc["peers"].items():
         add("peer (one slot)", peer, _fmt(row["rate"], ",.0f"), f"{row['vs_floor']:.2f}")
 
@@ -71,7 +88,20 @@ def table(r, targets):
         )
         add("Redis usec/call", f"seeds' ZREM release, {holders:,}", f"{row['seed_release']:.1f}")
     for algorithm, usec in r["cost_per_cycle"].items():
-        add("Redis usec/cycle", f"{algorithm}: every command it sends", f"{usec:.1f}")
+        if algorithm == "weighted_ratio":
+            continue
+        label = "lua weighted (permits=2, priority=5)" if algorithm == "lua weighted" else algorithm
+        add("Redis usec/cycle", f"{label}: every command it sends", f"{usec:.1f}")
+    if "weighted_ratio" in r["cost_per_cycle"]:
+        t = targets["weighted_vs_plain"]
+        x = r["cost_per_cycle"]["weighted_ratio"]
+        add(
+            "Redis usec/cycle",
+            "lua weighted / plain (paired)",
+            f"{x:.3f} x",
+            "",
+            f"<= {t} x: {_verdict(x <= t)}",
+        )
     if "overrides" in r:
         o = r["overrides"]
         same = abs(o["override"]["round_trips_per_cycle"] - o["settings"]["round_trips_per_cycle"]) < 0.05

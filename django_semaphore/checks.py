@@ -21,6 +21,10 @@
 | E017 | SEMAPHORE_REDIS not a django-redis alias or a {"URL": ...} dict |
 | E018 | MODE not "enforce", "dry_run" or "off" |
 | E019 | SEMAPHORE_ENABLED not a bool |
+| E020 | PERMITS not an int from 1 to LIMIT, a callable or a dotted path to one |
+| E021 | PRIORITY not an int, a callable or a dotted path to one |
+| E022 | MAX_WAITERS not None or an int >= 0 |
+| E023 | PERMITS, PRIORITY or MAX_WAITERS with an ALGORITHM other than "lua" |
 | W001 | ALGORITHM "basic" or "fair": over-admits under contention |
 | W002 | (deploy) the django-redis alias has no SOCKET_CONNECT_TIMEOUT / SOCKET_TIMEOUT |
 | W003 | (deploy) Redis cannot be reached |

@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import conf, connection, control, discovery, inspection, recovery, signals, stats, waiting
+from . import conf, connection, control, discovery, handoff, inspection, recovery, signals, stats, waiting
 from .algorithms import ALGORITHMS, Algorithm, Granted, Outcome
 from .algorithms.base import retry_after_seconds
 from .control import Effective
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .validation import SemaphoreConfig
 
 META_KEY_LENGTH = 64  # how much of a partition value is copied into meta
+MAX_PRIORITY = 2**53  # |priority| below this: exact in the scripts' numbers
 PAUSED_RETRY_MS = 5000  # Retry-After of a caller refused because the limit in force is 0
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -89,16 +90,31 @@ class Semaphore:
         wait: float = 0,
         algorithm: str = "lua",
         mode: str = "enforce",
+        max_waiters: int | None = None,
+        permits: int = 1,
+        priority: int = 0,
     ) -> None:
         self.name = name
         self._config: SemaphoreConfig | None
         if limit is None:
             self._config = None
         else:
-            config, problems = validate_entry(
-                name,
-                {"LIMIT": limit, "TIMEOUT": timeout, "WAIT": wait, "ALGORITHM": algorithm, "MODE": mode},
-            )
+            entry: dict[str, Any] = {
+                "LIMIT": limit,
+                "TIMEOUT": timeout,
+                "WAIT": wait,
+                "ALGORITHM": algorithm,
+                "MODE": mode,
+            }
+            # Only the scheduling options given: a seed variant refuses them (E023).
+            for option, value, default in (
+                ("MAX_WAITERS", max_waiters, None),
+                ("PERMITS", permits, 1),
+                ("PRIORITY", priority, 0),
+            ):
+                if value != default:
+                    entry[option] = value
+            config, problems = validate_entry(name, entry)
             for problem in problems:
                 if not problem.warning:
                     raise ValueError(f"{problem.msg} HINT: {problem.hint}")
@@ -143,6 +159,29 @@ class Semaphore:
 
     # -- acquire --------------------------------------------------------------
 
+    @staticmethod
+    def _check_scheduling(config: SemaphoreConfig, limit: int, permits: int, priority: int) -> None:
+        """ValueError unless ``permits`` is in 1..the limit in force (``limit``; LIMIT
+        while paused) and ``priority`` an int, and the algorithm takes them."""
+        if type(permits) is not int:
+            raise ValueError(f"permits must be an int from 1 to LIMIT, not {permits!r}.")
+        if type(priority) is not int or not -MAX_PRIORITY < priority < MAX_PRIORITY:
+            raise ValueError(f"priority must be an int (higher is served first), not {priority!r}.")
+        if (permits != 1 or priority != 0) and not ALGORITHMS[config.algorithm].schedules:
+            raise ValueError(
+                f"Semaphore {config.name!r} uses ALGORITHM {config.algorithm!r}, which takes one "
+                "permit at a time and no priority: permits and priority belong to 'lua'."
+            )
+        # The bound is LIMIT (or a higher limit in force): a lower runtime limit
+        # refuses a caller that does not fit (reason "full"), it does not turn
+        # a valid call into an error.
+        bound = max(limit, config.limit)
+        if not 1 <= permits <= bound:
+            raise ValueError(
+                f"permits is {permits}; semaphore {config.name!r} takes from 1 to {bound} "
+                "(its LIMIT, or a higher limit in force) at a time."
+            )
+
     def _prepare(
         self, key: str | None, wait: float | None, meta: dict[str, Any] | None
     ) -> tuple[SemaphoreConfig, float, PartitionKeys, str, str]:
@@ -162,18 +201,35 @@ class Semaphore:
         client: Client,
         limit: int | None = None,
         dry_run: bool = False,
+        permits: int = 1,
+        priority: int = 0,
     ) -> Operation[Outcome]:
         algorithm = ALGORITHMS[config.algorithm]
         args = (keys, config.limit if limit is None else limit, config.timeout_ms, identifier, meta)
         if dry_run:
-            return algorithm.acquire(*args, dry_run=True)
+            return algorithm.acquire(*args, dry_run=True, permits=permits, priority=priority)
         if wait > 0:
-            return waiting.wait_ops(algorithm, *args, wait, client, control.limit_of(config))
-        return algorithm.acquire(*args)
+            return waiting.wait_ops(
+                algorithm,
+                *args,
+                wait,
+                client,
+                control.limit_of(config),
+                permits=permits,
+                priority=priority,
+                max_waiters=config.max_waiters,
+            )
+        if permits == 1 and priority == 0 and config.max_waiters is None:
+            return algorithm.acquire(*args)
+        return algorithm.acquire(*args, permits=permits, priority=priority, max_waiters=config.max_waiters)
 
-    def _paused(self, config: SemaphoreConfig, key: str | None, started: float) -> tuple[None, RetryAfter]:
-        """Refused at once, without Redis: the limit in force is 0 (paused)."""
-        retry_after = RetryAfter(retry_after_seconds(PAUSED_RETRY_MS, config.timeout), "paused")
+    def _paused(
+        self, config: SemaphoreConfig, key: str | None, started: float, reason: str = "paused"
+    ) -> tuple[None, RetryAfter]:
+        """Refused at once, without Redis: the limit in force is 0 (paused), or
+        lower than the permits asked ("full": they cannot fit, even by waiting,
+        until the limit is raised)."""
+        retry_after = RetryAfter(retry_after_seconds(PAUSED_RETRY_MS, config.timeout), reason)
         return self._refuse(config, key, retry_after, time.monotonic() - started)
 
     def _refuse(
@@ -214,30 +270,43 @@ class Semaphore:
         # times and the queue ahead, capped by the earliest expiry.
         # A waiter that gave up while the semaphore is paused: "paused".
         paused = control.cached(config).limit == 0
-        reason = "paused" if paused else ("timeout" if wait > 0 else "full")
+        if outcome.queue_full:
+            reason = "queue_full"
+        else:
+            reason = "paused" if paused else ("timeout" if wait > 0 else "full")
         return self._refuse(config, key, RetryAfter(outcome.retry_after(config.timeout), reason), waited)
 
     def try_acquire(
-        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+        self,
+        key: str | None = None,
+        wait: float | None = None,
+        meta: dict[str, Any] | None = None,
+        permits: int = 1,
+        priority: int = 0,
     ) -> tuple[Lease, None] | tuple[None, RetryAfter]:
         """Like :meth:`acquire`, returning ``(lease, None)`` or ``(None, retry_after)``.
 
         ``retry_after`` is a :class:`~django_semaphore.exceptions.RetryAfter`:
         an int of seconds whose ``reason`` says why the caller was refused
-        ("full", "timeout" or "paused").
+        ("full", "timeout", "queue_full" or "paused").
         """
         started = time.monotonic()
         config, wait, keys, identifier, meta_text = self._prepare(key, wait, meta)
         client = connection.get_client()
         limit, mode, _ = control.effective(config, client)  # the cache: no round trip
+        self._check_scheduling(config, limit, permits, priority)
         dry_run = mode != "enforce"
         if limit == 0 and not dry_run:
             return self._paused(config, key, started)
+        if permits > limit and not dry_run:
+            return self._paused(config, key, started, "full")
         if dry_run:
             wait = 0
         mark = recovery.freed_mark()
         try:
-            op = self._operation(config, wait, keys, identifier, meta_text, client, limit, dry_run)
+            op = self._operation(
+                config, wait, keys, identifier, meta_text, client, limit, dry_run, permits, priority
+            )
             outcome = run(client, op)
             if recovery.pending() or recovery.freed_mark() != mark:
                 # Redis answers again after failing this process: its unanswered
@@ -245,7 +314,9 @@ class Semaphore:
                 # this partition's, and only to turn a refusal into a grant; the
                 # recovery thread does the rest.
                 if not isinstance(outcome, Granted) and recovery.give_back_partition(client, keys, mark):
-                    again = self._operation(config, 0, keys, identifier, meta_text, client, limit)
+                    again = self._operation(
+                        config, 0, keys, identifier, meta_text, client, limit, False, permits, priority
+                    )
                     outcome = run(client, again)
                 recovery.kick()
         except SemaphoreBackendError:
@@ -261,26 +332,38 @@ class Semaphore:
         return self._outcome(outcome, config, key, keys, identifier, started, wait)
 
     async def atry_acquire(
-        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+        self,
+        key: str | None = None,
+        wait: float | None = None,
+        meta: dict[str, Any] | None = None,
+        permits: int = 1,
+        priority: int = 0,
     ) -> tuple[Lease, None] | tuple[None, RetryAfter]:
         """The asyncio twin of :meth:`try_acquire`."""
         started = time.monotonic()
         config, wait, keys, identifier, meta_text = self._prepare(key, wait, meta)
         client = connection.get_async_client()
         limit, mode, _ = await control.aeffective(config, client)  # the cache: no round trip
+        self._check_scheduling(config, limit, permits, priority)
         dry_run = mode != "enforce"
         if limit == 0 and not dry_run:
             return self._paused(config, key, started)
+        if permits > limit and not dry_run:
+            return self._paused(config, key, started, "full")
         if dry_run:
             wait = 0
         mark = recovery.freed_mark()
         try:
-            op = self._operation(config, wait, keys, identifier, meta_text, client, limit, dry_run)
+            op = self._operation(
+                config, wait, keys, identifier, meta_text, client, limit, dry_run, permits, priority
+            )
             outcome = await arun(client, op)
             if recovery.pending() or recovery.freed_mark() != mark:  # see try_acquire
                 refused = not isinstance(outcome, Granted)
                 if refused and await recovery.agive_back_partition(client, keys, mark):
-                    again = self._operation(config, 0, keys, identifier, meta_text, client, limit)
+                    again = self._operation(
+                        config, 0, keys, identifier, meta_text, client, limit, False, permits, priority
+                    )
                     outcome = await arun(client, again)
                 recovery.kick()
         except SemaphoreBackendError:
@@ -292,29 +375,49 @@ class Semaphore:
         return self._outcome(outcome, config, key, keys, identifier, started, wait)
 
     def acquire(
-        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+        self,
+        key: str | None = None,
+        wait: float | None = None,
+        meta: dict[str, Any] | None = None,
+        permits: int = 1,
+        priority: int = 0,
     ) -> Lease | None:
-        """Take a slot: a :class:`~django_semaphore.lease.Lease`, or None when none is free.
+        """Take ``permits`` slots: a :class:`~django_semaphore.lease.Lease`, or None
+        when they are not free.
 
         ``key`` is the partition value (None: the whole semaphore), ``wait``
         how many seconds to queue for a slot (None: the configured WAIT),
         ``meta`` a small JSON-serialisable dict stored with the holder.
-        Raises :class:`~django_semaphore.SemaphoreBackendError` if Redis fails.
+        ``permits`` (1 to the limit in force, else ValueError) is how many of
+        the limit this holder counts for; ``priority`` orders the waiters
+        (higher first, then arrival).  The lease's ``slots`` are its slot
+        numbers.  Raises :class:`~django_semaphore.SemaphoreBackendError` if
+        Redis fails.
         """
-        return self.try_acquire(key, wait, meta)[0]
+        return self.try_acquire(key, wait, meta, permits, priority)[0]
 
     async def aacquire(
-        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+        self,
+        key: str | None = None,
+        wait: float | None = None,
+        meta: dict[str, Any] | None = None,
+        permits: int = 1,
+        priority: int = 0,
     ) -> Lease | None:
         """The asyncio twin of :meth:`acquire`."""
-        return (await self.atry_acquire(key, wait, meta))[0]
+        return (await self.atry_acquire(key, wait, meta, permits, priority))[0]
 
     @contextlib.contextmanager
     def hold(
-        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+        self,
+        key: str | None = None,
+        wait: float | None = None,
+        meta: dict[str, Any] | None = None,
+        permits: int = 1,
+        priority: int = 0,
     ) -> Iterator[Lease]:
-        """Hold a slot for the ``with`` block; raise SemaphoreFull if none is free."""
-        lease, retry_after = self.try_acquire(key, wait, meta)
+        """Hold ``permits`` slots for the ``with`` block; raise SemaphoreFull if they are not free."""
+        lease, retry_after = self.try_acquire(key, wait, meta, permits, priority)
         if lease is None:
             assert retry_after is not None  # (None, retry_after) when refused
             raise SemaphoreFull(self.name, retry_after, key, retry_after.reason)
@@ -325,10 +428,15 @@ class Semaphore:
 
     @contextlib.asynccontextmanager
     async def ahold(
-        self, key: str | None = None, wait: float | None = None, meta: dict[str, Any] | None = None
+        self,
+        key: str | None = None,
+        wait: float | None = None,
+        meta: dict[str, Any] | None = None,
+        permits: int = 1,
+        priority: int = 0,
     ) -> AsyncIterator[Lease]:
         """The asyncio twin of :meth:`hold`."""
-        lease, retry_after = await self.atry_acquire(key, wait, meta)
+        lease, retry_after = await self.atry_acquire(key, wait, meta, permits, priority)
         if lease is None:
             assert retry_after is not None  # (None, retry_after) when refused
             raise SemaphoreFull(self.name, retry_after, key, retry_after.reason)
@@ -372,7 +480,7 @@ class Semaphore:
         return await arun(client, self._status_op(key, keys, config, limit))
 
     def waiters(self, key: str | None = None, *, keys: PartitionKeys | None = None) -> list[Waiter]:
-        """The callers queued for partition ``key``, in serving order (oldest ticket first).
+        """The callers queued for partition ``key``, in serving order (priority, then arrival).
 
         Each :class:`~django_semaphore.inspection.Waiter` has its meta (the
         caller's and the web layer's, as a holder's) and ``since``, when it
@@ -470,7 +578,8 @@ class Semaphore:
         return (await control.aeffective(config)).mode == "off"
 
     def available(self, key: str | None = None) -> int:
-        """How many slots of partition ``key`` are free now."""
+        """How many permits of partition ``key`` are free now: the limit in force
+        minus the permits held, never below 0."""
         return self.status(key).free
 
     async def aavailable(self, key: str | None = None) -> int:
@@ -532,13 +641,17 @@ class Semaphore:
         wait: float | None = None,
         meta: dict[str, Any] | None = None,
         refresh: bool | None = None,
+        permits: int = 1,
+        priority: int = 0,
     ) -> FunctionGuard:
         """A decorator holding a slot for each call of a sync or async function.
 
         See :class:`~django_semaphore.guards.FunctionGuard` for the options; a refused
         call raises :class:`~django_semaphore.SemaphoreFull`.
         """
-        return FunctionGuard(self, key=key, wait=wait, meta=meta, refresh=refresh)
+        return FunctionGuard(
+            self, key=key, wait=wait, meta=meta, refresh=refresh, permits=permits, priority=priority
+        )
 
     def __call__(self, func: F) -> F:
         """``@semaphore`` on a function: ``self.guard()(func)``."""
@@ -567,3 +680,6 @@ class _Semaphores:
 
 
 semaphores = _Semaphores()
+
+# Adopted tickets (Lease.adopt) rebuild their semaphore with this class.
+handoff.register_semaphore_class(Semaphore)

@@ -29,7 +29,7 @@ from .streaming import closable
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
-    from .validation import KeyFunc
+    from .validation import KeyFunc, PerRequest
 
 V = TypeVar("V", bound=Callable[..., Any])
 
@@ -100,12 +100,21 @@ async def _aguarded(
     return guard.hold_until_closed(response)
 
 
-def semaphore(name: str, *, key: str | KeyFunc | None = None, wait: float | None = None) -> Callable[[V], V]:
+def semaphore(
+    name: str,
+    *,
+    key: str | KeyFunc | None = None,
+    wait: float | None = None,
+    permits: PerRequest | None = None,
+    priority: PerRequest | None = None,
+) -> Callable[[V], V]:
     """Decorate a view so that at most LIMIT requests run it at once.
 
     ``name`` is a key of SEMAPHORES; ``key`` overrides its KEY (``"ip"``,
     ``"user"``, ``"header:<Name>"``, a callable ``(request) -> str`` or a
-    dotted path to one) and ``wait`` its WAIT (seconds to queue for a slot).
+    dotted path to one), ``wait`` its WAIT (seconds to queue for a slot),
+    ``permits`` its PERMITS and ``priority`` its PRIORITY (each an int or a
+    callable ``(request) -> int``; "lua" only).
 
     A refused request gets the SEMAPHORE_REJECT_VIEW response (429 with
     Retry-After by default); when Redis is unreachable, a 503, or the view runs
@@ -120,7 +129,7 @@ def semaphore(name: str, *, key: str | KeyFunc | None = None, wait: float | None
     ``@semaphore`` decorators, and the middleware, take all their semaphores
     together, all or none.
     """
-    need = Need(name, key, wait)
+    need = Need(name, key, wait, permits, priority)
 
     def decorator(view: V) -> V:
         needs = (need, *needs_of(view))

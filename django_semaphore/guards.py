@@ -97,7 +97,10 @@ class FunctionGuard:
     * ``meta``: a small JSON-serialisable dict stored with the holder (the
       admin shows it); the guard adds ``function`` (its qualified name);
     * ``refresh``: renew the lease while the function runs (None: the
-      semaphore's AUTO_REFRESH, True unless configured otherwise).
+      semaphore's AUTO_REFRESH, True unless configured otherwise);
+    * ``permits``: how many of the semaphore's permits each call takes
+      (default 1), and ``priority``: its place among the waiters (higher is
+      served first; default 0) -- the "lua" algorithm only.
 
     With SEMAPHORE_ENABLED = False or MODE "off" in force, the function runs
     without a slot and without a Redis call.  The lease is released when the
@@ -116,11 +119,19 @@ class FunctionGuard:
         wait: float | None = None,
         meta: Mapping[str, Any] | None = None,
         refresh: bool | None = None,
+        permits: int = 1,
+        priority: int = 0,
     ) -> None:
         if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0):
             raise ValueError(f"wait must be a number of seconds >= 0 or None, not {wait!r}.")
         if refresh is not None and not isinstance(refresh, bool):
             raise ValueError(f"refresh must be True, False or None, not {refresh!r}.")
+        if type(permits) is not int or permits < 1:
+            raise ValueError(f"permits must be an int >= 1, not {permits!r}.")
+        if type(priority) is not int:
+            raise ValueError(f"priority must be an int, not {priority!r}.")
+        self.permits = permits
+        self.priority = priority
         self.semaphore = semaphore
         self.key = key
         self.wait = wait
@@ -161,7 +172,7 @@ class FunctionGuard:
             if self.semaphore.passes_through():  # SEMAPHORE_ENABLED False, MODE "off"
                 return func(*args, **kwargs)
             key = self.partition(args, kwargs)
-            lease, retry_after = self.semaphore.try_acquire(key, self.wait, meta)
+            lease, retry_after = self.semaphore.try_acquire(key, self.wait, meta, self.permits, self.priority)
             if lease is None:
                 raise SemaphoreFull(self.semaphore.name, retry_after or 1, key)
             try:
@@ -184,7 +195,9 @@ class FunctionGuard:
             if await self.semaphore.apasses_through():  # SEMAPHORE_ENABLED False, MODE "off"
                 return await func(*args, **kwargs)
             key = self.partition(args, kwargs)
-            lease, retry_after = await self.semaphore.atry_acquire(key, self.wait, meta)
+            lease, retry_after = await self.semaphore.atry_acquire(
+                key, self.wait, meta, self.permits, self.priority
+            )
             if lease is None:
                 raise SemaphoreFull(self.semaphore.name, retry_after or 1, key)
             try:

@@ -21,7 +21,7 @@ import json
 from typing import Any, NamedTuple
 
 from .algorithms import Algorithm
-from .algorithms.base import client_ms, retry_after_seconds
+from .algorithms.base import as_int, client_ms, parse_slots, retry_after_seconds
 from .keys import PartitionKeys
 from .scripting import LuaScript, Operation, Script
 
@@ -44,14 +44,16 @@ class Holder(NamedTuple):
     acquired_at: datetime.datetime | None  # None only for a malformed record
     expires_at: datetime.datetime
     meta: dict[str, Any]
+    permits: int = 1  # how many of the limit it holds
+    slots: tuple[int, ...] = ()  # its slot numbers ("lua"; empty for the Redis in Action variants)
 
 
 class Waiter(NamedTuple):
     """One caller queued for a slot ("lua"), as read from Redis."""
 
     identifier: str
-    priority: int  # 0 for now (priorities come with PRIORITY)
-    permits: int  # 1 for now (PERMITS)
+    priority: int  # higher is served first
+    permits: int  # how many permits it waits for
     since: datetime.datetime  # when it queued (its ticket, server time)
     meta: dict[str, Any]
 
@@ -61,13 +63,14 @@ class PartitionStatus(NamedTuple):
 
     key_hash: str
     limit: int
-    in_use: int
+    in_use: int  # permits held by live holders
     waiting: int
     retry_after: int  # seconds until the earliest lease ends (0 if none held)
+    holders: int = -1  # live holders (-1: not read)
 
     @property
     def free(self) -> int:
-        """Free slots: the limit minus the slots in use, never below 0."""
+        """Free permits: the limit minus the permits held, never below 0."""
         return max(0, self.limit - self.in_use)
 
 
@@ -79,9 +82,9 @@ def status(
     Holders are counted on the clock ``algorithm`` writes expiries with;
     waiters always on the server's.
     """
-    now_ms, live, waiters, earliest = yield Script(STATUS, keys.main, (algorithm.clock(),))
+    now_ms, used, waiters, earliest, live = yield Script(STATUS, keys.main, (algorithm.clock(),))
     retry = retry_after_seconds(earliest - now_ms, timeout) if earliest >= 0 else 0
-    return PartitionStatus(keys.key_digest, limit, live, waiters, retry)
+    return PartitionStatus(keys.key_digest, limit, used, waiters, retry, live)
 
 
 def holders(keys: PartitionKeys, algorithm: Algorithm) -> Operation[list[Holder]]:
@@ -90,7 +93,9 @@ def holders(keys: PartitionKeys, algorithm: Algorithm) -> Operation[list[Holder]
     Live on the clock ``algorithm`` writes expiries with.
     """
     reply = yield Script(HOLDERS, keys.main, (algorithm.clock(),))
-    result = [_parse_holder(reply[i], reply[i + 1], reply[i + 2]) for i in range(1, len(reply), 3)]
+    result = [
+        _parse_holder(reply[i], reply[i + 1], reply[i + 2], reply[i + 3]) for i in range(1, len(reply), 4)
+    ]
     # The owner ZSET scores are doubles: beyond 2**53 neighbouring tokens
     # can share a score, so the exact tokens settle the order.
     result.sort(key=lambda holder: holder.token)
@@ -98,13 +103,15 @@ def holders(keys: PartitionKeys, algorithm: Algorithm) -> Operation[list[Holder]
 
 
 def waiters(keys: PartitionKeys) -> Operation[list[Waiter]]:
-    """The waiters of one partition in serving order, with live tickets only ("lua")."""
+    """The waiters of one partition in serving order (priority, then arrival), with
+    live tickets only ("lua")."""
     reply = yield Script(WAITERS, keys.main, ())
-    return [_parse_waiter(reply[i], reply[i + 1], reply[i + 2]) for i in range(1, len(reply), 3)]
+    return [_parse_waiter(*reply[i : i + 5]) for i in range(1, len(reply), 5)]
 
 
-def _parse_waiter(identifier: Any, ticket: Any, raw_meta: Any) -> Waiter:
-    text = raw_meta.decode("utf-8", "replace") if isinstance(raw_meta, bytes) else str(raw_meta)
+def _parse_waiter(identifier: Any, ticket: Any, record: Any, priority: Any, permits: Any) -> Waiter:
+    text = record.decode("utf-8", "replace") if isinstance(record, bytes) else str(record)
+    text = (text.split(":", 2) + ["", "", ""])[2]  # "ticket:permits:meta json"
     meta: Any
     try:
         meta = json.loads(text) if text else {}
@@ -117,19 +124,21 @@ def _parse_waiter(identifier: Any, ticket: Any, raw_meta: Any) -> Waiter:
         since = to_datetime(0)
     return Waiter(
         identifier.decode() if isinstance(identifier, bytes) else str(identifier),
-        0,
-        1,
+        as_int(priority),
+        as_int(permits),
         since,
         meta if isinstance(meta, dict) else {"raw": meta},
     )
 
 
-def _parse_holder(identifier: Any, expires_ms: Any, record: Any) -> Holder:
-    """A :class:`Holder` from its identifier, expiry and ``token:acquired_ms:meta json`` record.
+def _parse_holder(identifier: Any, expires_ms: Any, record: Any, slots: Any = b"") -> Holder:
+    """A :class:`Holder` from its identifier, expiry, ``token:acquired_ms:meta json``
+    record and slot numbers (``3,5``; empty for the Redis in Action variants).
 
     A malformed record still gives a Holder (token 0, no acquired_at, the
     unparsable meta under ``"raw"``): the admin shows what is there.
     """
+    numbers = parse_slots(slots)
     text = record.decode("utf-8", "replace") if isinstance(record, bytes) else record
     token, acquired, raw_meta = (text.split(":", 2) + ["", "", ""])[:3]
     meta: Any
@@ -143,6 +152,8 @@ def _parse_holder(identifier: Any, expires_ms: Any, record: Any) -> Holder:
         to_datetime(int(acquired)) if acquired.isdigit() else None,
         to_datetime(int(expires_ms)),
         meta,
+        len(numbers) or 1,
+        numbers,
     )
 
 

@@ -48,13 +48,15 @@ CACHED_KEY_LENGTH = 200  # longer partition values are hashed at every call
 # Suffixes of the keys of one partition.
 TIMEOUTS = "t"  # ZSET identifier -> expiry ms (server time; client time for the seed variants)
 OWNERS = "o"  # ZSET identifier -> fair counter value (the token)
-HOLDS = "h"  # HASH identifier -> "token:acquired_ms:meta json"; field "#" = counter
-QUEUE = "q"  # ZSET waiter identifier -> ticket number (arrival order)
-QUEUE_DEADLINES = "d"  # ZSET waiter identifier -> ticket expiry (ms)
+HOLDS = "h"  # HASH identifier -> "token:acquired_ms:meta json"; field "#" = counter;
+#              "@" + identifier -> its slot numbers, "3,5" ("lua")
+QUEUE = "q"  # ZSET "ticket:permits:identifier" -> -priority (serving order: priority, then ticket)
+QUEUE_DEADLINES = "d"  # ZSET the same members -> ticket expiry (ms)
 LOCK = "l"  # STRING the fair_locked variant's lock
 RANKS = "r"  # ZSET scratch "fair" ranks live owners in; created and deleted in one MULTI
 WAKE = "w:"  # LIST per waiter: a push here wakes it (suffix + identifier)
-WAITERS = "m"  # HASH waiter identifier -> its meta json ("lua"), while it is queued
+WAITERS = "m"  # HASH waiter identifier -> "ticket:permits:meta json" ("lua"), while it is queued
+SLOTS = "s"  # STRING bitmap: bit n set while a live holder has slot n ("lua")
 
 CONTROL = "control"  # <prefix>:control, the runtime overrides
 STATS = "stats"  # <prefix>:stats:<name hash>:<c|h>
@@ -94,7 +96,7 @@ class PartitionKeys:
 
     base: str
     # Derived once, not at every call: each acquire and release passes them.
-    main: tuple[str, str, str, str, str, str] = field(init=False, repr=False, compare=False)
+    main: tuple[str, str, str, str, str, str, str] = field(init=False, repr=False, compare=False)
     wake_prefix: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -107,6 +109,7 @@ class PartitionKeys:
             base + QUEUE,
             base + QUEUE_DEADLINES,
             base + WAITERS,
+            base + SLOTS,
         )
         object.__setattr__(self, "main", main)
         object.__setattr__(self, "wake_prefix", base + WAKE)
@@ -158,6 +161,10 @@ class PartitionKeys:
     @property
     def waiters(self) -> str:
         return self.base + WAITERS
+
+    @property
+    def slots(self) -> str:
+        return self.base + SLOTS
 
     @property
     def lock(self) -> str:

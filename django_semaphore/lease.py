@@ -13,9 +13,9 @@ import datetime
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from . import connection, control, recovery, signals, stats
+from . import connection, control, handoff, recovery, signals, stats
 from .algorithms import ALGORITHMS, Algorithm, Granted
 from .inspection import to_datetime
 from .keys import PartitionKeys
@@ -46,11 +46,14 @@ class Lease:
         "keys",
         "config",
         "over_limit",
+        "permits",
+        "slots",
         "_started",
         "_done",
         "_lost",
         "_retrying",
         "_pid",
+        "_handed_off",
         "__weakref__",
     )
 
@@ -77,11 +80,17 @@ class Lease:
         self.config = config
         #: True only in MODE "dry_run" (or "off") when enforcing would have refused this caller.
         self.over_limit = granted.over_limit
+        #: The slot numbers held, one per permit: distinct among the partition's
+        #: live holders, in range(limit) ("lua"; empty for the other algorithms).
+        self.slots = granted.slots
+        #: How many of the limit this lease holds.
+        self.permits = len(granted.slots) or 1
         self._started = time.monotonic()  # for the hold time (stats)
         self._done = False
         self._lost = False
         self._retrying = False  # a release went unanswered: recovery retries it
         self._pid = os.getpid()
+        self._handed_off = False  # handoff(): another process refreshes and releases it
 
     def __repr__(self) -> str:
         return f"<Lease {self.semaphore.name!r} token={self.token} key={self.key!r}>"
@@ -110,6 +119,46 @@ class Lease:
     def lost(self) -> bool:
         """True once a refresh or release found the slot gone."""
         return self._lost
+
+    @property
+    def handed_off(self) -> bool:
+        """True once :meth:`handoff` gave the slot to another process."""
+        return self._handed_off
+
+    def handoff(self) -> str:
+        """Hand the slot to another process: a ticket for :meth:`adopt` there.
+
+        The ticket is signed with SECRET_KEY and expires with the lease.  From
+        now on this process neither refreshes nor releases the slot (release()
+        and refresh() return False): a guarded view's slot stays held after its
+        response, until the adopter releases it or it expires.  ValueError if
+        the lease was already released, lost or handed off.
+        """
+        if self._done or self._lost or self._handed_off or self._pid != os.getpid():
+            raise ValueError(f"{self!r} is no longer held by this process: it cannot be handed off.")
+        ticket = handoff.make_ticket(self)
+        self._handed_off = True
+        return ticket
+
+    @classmethod
+    def adopt(cls, ticket: str, *, verify: bool = True, meta: dict[str, Any] | None = None) -> Lease:
+        """The lease a :meth:`handoff` ticket stands for, held by this process now.
+
+        Same semaphore, partition, identifier and token: refresh() and
+        release() work here.  With ``verify`` (the default) the slot is
+        refreshed at once, which checks that it is still held (one round trip).
+        ``meta`` (e.g. ``{"task_id": ...}``) is added to the meta stored with
+        the holder, for the admin to show who holds it now.  Raises
+        :class:`~django_semaphore.handoff.HandoffError` (a SemaphoreError) for
+        a tampered, expired or malformed ticket, an unknown semaphore, or
+        (``verify``) a slot no longer held.
+        """
+        return handoff.adopt(cls, ticket, verify, meta)
+
+    @classmethod
+    async def aadopt(cls, ticket: str, *, verify: bool = True, meta: dict[str, Any] | None = None) -> Lease:
+        """The asyncio twin of :meth:`adopt`."""
+        return await handoff.aadopt(cls, ticket, verify, meta)
 
     @property
     def _algorithm(self) -> Algorithm:
@@ -175,7 +224,7 @@ class Lease:
         return self._algorithm.release(self.keys, limit, self.identifier, self.acquired_ms)
 
     def _usable(self) -> bool:
-        return not (self._done or self._lost or self._pid != os.getpid())
+        return not (self._done or self._lost or self._handed_off or self._pid != os.getpid())
 
     def refresh(self) -> bool:
         """Extend the lease by TIMEOUT. False if the slot was already lost.
@@ -193,7 +242,7 @@ class Lease:
         return self._after_refresh(await arun(connection.get_async_client(), self._refresh_op()))
 
     def _releasable(self) -> bool:
-        return self._pid == os.getpid() and not (self._done and not self._retrying)
+        return self._pid == os.getpid() and not self._handed_off and not (self._done and not self._retrying)
 
     def release(self) -> bool:
         """Give the slot back. True if it was still held, False if it had been lost.

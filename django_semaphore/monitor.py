@@ -236,12 +236,14 @@ def expires_in(holder: Holder, now: datetime.datetime | None = None) -> int:
 
 
 def holder_dict(holder: Holder, now: datetime.datetime | None = None) -> dict[str, Any]:
-    """A holder for JSON: token, times and meta. Never the lease identifier."""
+    """A holder for JSON: token, times, permits, slots and meta. Never the lease identifier."""
     return {
         "token": holder.token,
         "acquired_at": holder.acquired_at.isoformat() if holder.acquired_at else None,
         "expires_at": holder.expires_at.isoformat(),
         "expires_in": expires_in(holder, now),
+        "permits": holder.permits,
+        "slots": list(holder.slots),
         "meta": holder.meta,
     }
 

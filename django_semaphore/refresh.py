@@ -5,6 +5,9 @@ use), which sleeps until the next lease is due — about TIMEOUT/3 after its las
 renewal — and renews it.  Async views get an asyncio task per request instead
 (:class:`AsyncWatch`), so the event loop never waits on a thread.
 
+A lease handed to another process (``Lease.handoff()``) is dropped from the
+schedule at its next due time, without a renewal: its adopter renews it.
+
 A renewal that finds the slot lost is logged; ``Lease.refresh()`` has already
 sent ``lease_lost``.  The watchdog never re-acquires a lost slot.  A renewal
 that fails because Redis is unreachable is logged and retried sooner, until the
@@ -157,7 +160,8 @@ class Watchdog:
         lease = watch.lease
         again = None
         with watch.lock:
-            if watch.active and not lease.released:
+            # A handed-off lease is refreshed by the process that adopted it.
+            if watch.active and not lease.released and not lease.handed_off:
                 again = self._refresh(lease)
         with self._cond:
             if again is not None and watch.active and watch in self._watches:
@@ -252,6 +256,8 @@ class AsyncWatch:
             except TimeoutError:
                 pass
             now = time.monotonic()
+            for lease in [lease for lease, due in pending.items() if lease.handed_off]:
+                del pending[lease]  # refreshed by the process that adopted it
             for lease in [lease for lease, due in pending.items() if due <= now]:
                 with self._lock:
                     if self._stopped:

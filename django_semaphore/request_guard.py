@@ -106,7 +106,9 @@ class RequestGuard:
         meta = request_meta(self.request, load_user(self.request))
         try:
             for item in items:
-                lease, retry_after = item.semaphore.try_acquire(item.key, item.wait, meta)
+                lease, retry_after = item.semaphore.try_acquire(
+                    item.key, item.wait, meta, item.permits, item.priority
+                )
                 if lease is None:
                     self._give_back()
                     return self._refused(item, retry_after)
@@ -162,7 +164,9 @@ class RequestGuard:
         meta = request_meta(self.request, user)
         try:
             for item in items:
-                lease, retry_after = await item.semaphore.atry_acquire(item.key, item.wait, meta)
+                lease, retry_after = await item.semaphore.atry_acquire(
+                    item.key, item.wait, meta, item.permits, item.priority
+                )
                 if lease is None:
                     await self._agive_back()
                     return self._refused(item, retry_after)

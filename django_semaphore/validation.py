@@ -25,6 +25,8 @@ from . import partitions
 
 #: A KEY, once resolved: the request to a partition value.
 KeyFunc = Callable[[Any], str]
+#: PERMITS or PRIORITY, once resolved: an int, or a callable (request) -> int.
+PerRequest = int | Callable[[Any], int]
 
 T = TypeVar("T")
 
@@ -38,6 +40,9 @@ ENTRY_DEFAULTS: dict[str, Any] = {
     "URL_NAMES": [],
     "METHODS": None,
     "MODE": "enforce",
+    "MAX_WAITERS": None,
+    "PERMITS": 1,
+    "PRIORITY": 0,
 }
 ENTRY_OPTIONS = frozenset(ENTRY_DEFAULTS) | {"LIMIT"}
 
@@ -46,6 +51,8 @@ ALGORITHM_NAMES = ("lua", "fair_locked", "fair", "basic")
 #: would-be refusals; "off": guards pass through without touching Redis.
 MODES = ("enforce", "dry_run", "off")
 OVER_ADMITTING = ("fair", "basic")
+#: The algorithms that take PERMITS, PRIORITY and MAX_WAITERS (and give slot numbers).
+SCHEDULING = ("lua",)
 NAMED_KEYS: dict[str, KeyFunc] = {"ip": partitions.by_ip, "user": partitions.by_user}
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 MAX_PREFIX_LENGTH = 64
@@ -84,6 +91,9 @@ class SemaphoreConfig:
     url_names: frozenset[str] = frozenset()
     methods: frozenset[str] | None = None
     mode: str = "enforce"  # MODE in settings (a runtime override may replace it)
+    max_waiters: int | None = None  # None: an unbounded queue
+    permits: PerRequest = 1  # an int, or a callable (request) -> int
+    priority: PerRequest = 0  # an int, or a callable (request) -> int
 
     @property
     def timeout_ms(self) -> int:
@@ -367,12 +377,106 @@ def validate_mode(entry: str, value: object) -> Checked[str]:
     ]
 
 
+def _per_request(
+    check_id: str, entry: str, option: str, value: object, hint: str
+) -> Checked[PerRequest | None]:
+    """An int as it is, or a callable / dotted path to one, resolved (None and a problem if not)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, []
+    if callable(value):
+        return value, []
+    if isinstance(value, str) and "." in value:
+        try:
+            func = import_string(value)
+        except ImportError as exc:
+            return None, [
+                Problem(
+                    check_id,
+                    f"{entry}[{option!r}] is {value!r}, which cannot be imported: {exc}.",
+                    "Check the dotted path: module path, then the function name.",
+                )
+            ]
+        if callable(func):
+            return func, []
+    return None, [
+        Problem(check_id, f"{entry}[{option!r}] is {value!r}, which is not an int or a callable.", hint)
+    ]
+
+
+def validate_permits(entry: str, value: object, limit: int | None) -> Checked[PerRequest]:
+    """E020: PERMITS, an int in 1..LIMIT, or a callable / dotted path (request) -> int."""
+    hint = "Set PERMITS to an int from 1 to LIMIT, or a callable (request) -> int (or a dotted path to one)."
+    resolved, problems = _per_request("django_semaphore.E020", entry, "PERMITS", value, hint)
+    if resolved is None:
+        return 1, problems
+    if isinstance(resolved, int) and (resolved < 1 or (limit is not None and resolved > limit)):
+        return 1, [
+            Problem(
+                "django_semaphore.E020",
+                f"{entry}['PERMITS'] is {resolved!r}; it must be from 1 to LIMIT ({limit}).",
+                "Set PERMITS to how many of the LIMIT slots one guarded request takes (default 1).",
+            )
+        ]
+    return resolved, []
+
+
+def resolve_per_request(name: object, option: str, value: object) -> Checked[PerRequest]:
+    """PERMITS or PRIORITY (``option``) of entry ``name`` as an int or a callable:
+    also used for a ``@semaphore(permits=..., priority=...)`` override, with the
+    same messages (PERMITS is checked against LIMIT when it is used)."""
+    if option == "PERMITS":
+        return validate_permits(where(name), value, None)
+    return validate_priority(where(name), value)
+
+
+def validate_priority(entry: str, value: object) -> Checked[PerRequest]:
+    """E021: PRIORITY, an int, or a callable / dotted path (request) -> int."""
+    hint = "Set PRIORITY to an int (higher is served first), or a callable (request) -> int."
+    resolved, problems = _per_request("django_semaphore.E021", entry, "PRIORITY", value, hint)
+    return (0 if resolved is None else resolved), problems
+
+
+def validate_max_waiters(entry: str, value: object) -> Checked[int | None]:
+    """E022: MAX_WAITERS, None (an unbounded queue) or an int >= 0."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value, []
+    return None, [
+        Problem(
+            "django_semaphore.E022",
+            f"{entry}['MAX_WAITERS'] is {value!r}; it must be None or an int >= 0.",
+            "Set MAX_WAITERS to how many callers may wait for a partition at once (None: no bound).",
+        )
+    ]
+
+
+def validate_scheduling(entry: str, algorithm: str, raw: Mapping[object, object]) -> list[Problem]:
+    """E023: PERMITS other than 1, PRIORITY or MAX_WAITERS with an algorithm that has no scheduling."""
+    if algorithm in SCHEDULING:
+        return []
+    used = [
+        option
+        for option, default in (("PERMITS", 1), ("PRIORITY", 0), ("MAX_WAITERS", None))
+        if option in raw and raw[option] != default
+    ]
+    if not used:
+        return []
+    return [
+        Problem(
+            "django_semaphore.E023",
+            f"{entry} sets {', '.join(used)}, which ALGORITHM {algorithm!r} does not support.",
+            "Permits, priorities, MAX_WAITERS and slot numbers belong to the default ALGORITHM 'lua': "
+            "use it, or remove these options.",
+        )
+    ]
+
+
 def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, list[Problem]]:
     """Validate one SEMAPHORES entry: (its SemaphoreConfig, or None if it has an error; problems).
 
     The problems, warnings included, come in a fixed order: unknown options,
     then LIMIT, TIMEOUT, WAIT, ALGORITHM, KEY, AUTO_REFRESH, PATHS, URL_NAMES,
-    METHODS and MODE (the order the system checks list them in).
+    METHODS, MODE, MAX_WAITERS, PERMITS, PRIORITY and the algorithm's support
+    for the last three (the order the system checks list them in).
     """
     entry = where(name)
     shape = validate_shape(name, raw)
@@ -390,6 +494,10 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
     url_names = _collect(problems, validate_url_names(entry, opts["URL_NAMES"]))
     methods = _collect(problems, validate_methods(entry, opts["METHODS"]))
     mode = _collect(problems, validate_mode(entry, opts["MODE"]))
+    max_waiters = _collect(problems, validate_max_waiters(entry, opts["MAX_WAITERS"]))
+    permits = _collect(problems, validate_permits(entry, opts["PERMITS"], limit))
+    priority = _collect(problems, validate_priority(entry, opts["PRIORITY"]))
+    problems.extend(validate_scheduling(entry, algorithm, raw))
     if limit is None or any(not p.warning for p in problems):
         return None, problems
     config = SemaphoreConfig(
@@ -404,6 +512,9 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
         url_names=url_names,
         methods=methods,
         mode=mode,
+        max_waiters=max_waiters,
+        permits=permits,
+        priority=priority,
     )
     return config, problems
 

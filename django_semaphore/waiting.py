@@ -1,11 +1,15 @@
-"""FIFO waiting for a slot.
+"""Waiting for a slot: by priority, then first come, first served.
 
 A caller that may wait takes a ticket in the partition's queue (a ZSET
-ordered by server time of arrival) inside the acquire script itself, then
-blocks on its own wake-up list with BLPOP.  When a slot comes free, the script
-that frees it (release, abandon) picks the first waiters, one per free slot,
-and the operation pushes to their lists, so a freed slot reaches the next
-waiter in one push, not at the next poll.
+ordered by priority, then server time of arrival) inside the acquire script
+itself, then blocks on its own wake-up list with BLPOP.  When permits come
+free, the script that frees them (release, abandon) picks the first waiters
+whose permits fit together (the first that does not fit blocks those behind
+it: a large request is not starved by small ones), and the operation pushes
+to their lists, so freed permits reach the next waiters in one push, not at
+the next poll.  With MAX_WAITERS, a caller that would queue behind that many
+waiters is refused at once (:attr:`Refused.queue_full
+<django_semaphore.algorithms.base.Refused.queue_full>`).
 
 A woken waiter gets a short claim window (``CLAIM_MS`` in the scripts, 0.5 s)
 instead of the rest of its ticket: a live one comes back within milliseconds
@@ -66,12 +70,18 @@ def wait_ops(
     wait: float,
     client: Client,
     limit_of: Callable[[], int] | None = None,
+    permits: int = 1,
+    priority: int = 0,
+    max_waiters: int | None = None,
 ) -> Operation[Outcome]:
     """One acquire that may wait ``wait`` seconds, as a generator of requests;
     returns the last outcome.  ``client`` is the one the operation runs on
     (its read timeout caps a blocking wait).  ``limit_of`` gives the limit in
     force at each attempt (a runtime override may change it while a caller
-    waits); without it, ``limit`` throughout."""
+    waits); without it, ``limit`` throughout.  ``permits``, ``priority`` and
+    ``max_waiters`` as for :meth:`Algorithm.acquire
+    <django_semaphore.algorithms.base.Algorithm.acquire>`; a caller refused
+    because the queue is full returns at once."""
     deadline = time.monotonic() + wait
     ticket_ms = TICKET_MS if algorithm.queues else 0
     ticket = ""  # our place in the queue, once we have one
@@ -79,9 +89,20 @@ def wait_ops(
         if limit_of is not None:
             limit = limit_of()
         outcome = yield from algorithm.acquire(
-            keys, limit, timeout_ms, identifier, meta_json, ticket_ms, ticket
+            keys,
+            limit,
+            timeout_ms,
+            identifier,
+            meta_json,
+            ticket_ms,
+            ticket,
+            permits=permits,
+            priority=priority,
+            max_waiters=max_waiters,
         )
         if isinstance(outcome, Granted):
+            return outcome
+        if outcome.queue_full:  # not queued: nothing to abandon
             return outcome
         ticket = outcome.ticket or ticket
         remaining = deadline - time.monotonic()

@@ -96,4 +96,6 @@ SEMAPHORES = {
     "downloads": {"LIMIT": 1, "TIMEOUT": 10},
     # /async/: an async view; the slot is taken with the asyncio client.
     "async-work": {"LIMIT": 2, "TIMEOUT": 10},
+    # /export/: the view hands its slot to a background task (demo/tasks.py), which releases it.
+    "exports": {"LIMIT": 1, "TIMEOUT": 10},
 }

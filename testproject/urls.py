@@ -11,5 +11,6 @@ urlpatterns = [
     path("api/items/", views.api_items, name="api-items"),
     path("download/", views.download, name="download"),
     path("async/", views.async_work, name="async-work"),
+    path("export/", views.export, name="export"),
     path("admin/", admin.site.urls),
 ]

@@ -17,6 +17,7 @@ WEB_SEMAPHORES = {
     "reports": {"LIMIT": 2, "TIMEOUT": 5},
     "web-slow": {"LIMIT": 2, "TIMEOUT": TIMEOUT},
     "web-one": {"LIMIT": 1, "TIMEOUT": TIMEOUT},
+    "web-weighted": {"LIMIT": 4, "TIMEOUT": TIMEOUT, "PERMITS": 2, "PRIORITY": 1, "MAX_WAITERS": 8},
     "web-queue": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "WAIT": 20},
     "web-user": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "KEY": "user"},
     "web-ip": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "KEY": "ip"},

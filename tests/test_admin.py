@@ -514,3 +514,53 @@ def test_custom_site(client, db):
         )
     finally:
         lease.release()
+
+
+# -- scheduling: permits and slots per holder, waiters in serving order ----------------
+
+
+@pytest.mark.usefixtures("backend")
+def test_permits_slots_and_waiters_in_serving_order(client, viewer, settings):
+    settings.SEMAPHORES = {**SEMAPHORES, "gpus": {"LIMIT": 4, "TIMEOUT": 30}}
+    gpus = semaphores["gpus"]
+    big = gpus.acquire(permits=3, meta={"job": "train"})
+    small = gpus.acquire(permits=1, meta={"job": "eval"})
+    got = []
+    waiters = [
+        threading.Thread(target=lambda: got.append(gpus.acquire(wait=30, permits=2, meta={"tag": "low"}))),
+        threading.Thread(
+            target=lambda: got.append(gpus.acquire(wait=30, permits=1, priority=9, meta={"tag": "high"}))
+        ),
+    ]
+    try:
+        for count, thread in enumerate(waiters, 1):
+            thread.start()
+            deadline = time.monotonic() + 30
+            while len(gpus.waiters()) < count:  # queued in Redis, in arrival order
+                assert time.monotonic() < deadline, "the waiter never queued"
+                time.sleep(0.02)
+        client.force_login(viewer)
+        html = client.get(LIST_URL + "gpus/").content.decode()
+        _, big_row = holder_row(html, big.token)
+        _, small_row = holder_row(html, small.token)
+        assert big.slots == (0, 1, 2) and "0, 1, 2" in big_row and "train" in big_row
+        assert small.slots == (3,) and "3" in small_row
+        # Serving order: priority first (the later "high" one), then arrival.
+        assert html.index("high") < html.index("low")
+        assert html.count('class="sema-waiter"') == 2
+        assert "4 of 4 in use · 0 free · 2 waiting" in html
+        data = client.get(LIST_URL + "gpus/status.json").json()
+        (partition,) = data["partitions"]
+        assert [(h["permits"], h["slots"]) for h in partition["holders"]] == [(3, [0, 1, 2]), (1, [3])]
+        assert [(w["meta"]["tag"], w["priority"], w["permits"]) for w in partition["waiters"]] == [
+            ("high", 9, 1),
+            ("low", 0, 2),
+        ]
+    finally:
+        big.release()
+        small.release()
+        for thread in waiters:
+            thread.join(30)
+    assert len(got) == 2 and all(got)
+    for lease in got:
+        lease.release()

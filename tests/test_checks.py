@@ -55,6 +55,18 @@ ENTRY_CASES = [
     ("E012", entry(URL_NAMES=[""])),
     ("E013", entry(METHODS="POST")),
     ("E013", entry(METHODS=["FETCH"])),
+    ("E020", entry(PERMITS=0)),
+    ("E020", entry(PERMITS=3)),  # above LIMIT 2
+    ("E020", entry(PERMITS=True)),
+    ("E020", entry(PERMITS="two")),
+    ("E020", entry(PERMITS="no_such_module.permits")),
+    ("E021", entry(PRIORITY=1.5)),
+    ("E021", entry(PRIORITY="no_such_module.priority")),
+    ("E022", entry(MAX_WAITERS=-1)),
+    ("E022", entry(MAX_WAITERS="5")),
+    ("E023", entry(ALGORITHM="fair_locked", PERMITS=2)),
+    ("E023", entry(ALGORITHM="fair_locked", PRIORITY=1)),
+    ("E023", entry(ALGORITHM="fair_locked", MAX_WAITERS=0)),
 ]
 GLOBAL_CASES = [
     ("E001", {"SEMAPHORES": ["reports"]}),
@@ -311,3 +323,15 @@ def test_deploy_check_reads_every_cluster_primary(settings, redis_cluster):
 def test_deploy_check_on_an_unreachable_redis_reports_it_once(settings):
     settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{free_port()}/0"}
     assert [m.id for m in ours(include_deployment_checks=True)] == ["django_semaphore.W003"]
+
+
+def test_scheduling_options_accept_ints_callables_and_dotted_paths(settings):
+    settings.SEMAPHORES = {
+        "ints": {**GOOD, "PERMITS": 2, "PRIORITY": -3, "MAX_WAITERS": 0},
+        "callables": {**GOOD, "PERMITS": lambda request: 1, "PRIORITY": lambda request: 5},
+        "dotted": {**GOOD, "PERMITS": "tests.views.permits_of", "PRIORITY": "tests.views.priority_of"},
+        "defaults": {**GOOD, "ALGORITHM": "fair_locked", "PERMITS": 1, "PRIORITY": 0, "MAX_WAITERS": None},
+    }
+    assert ours() == []
+    config = semaphores["ints"].config
+    assert (config.permits, config.priority, config.max_waiters) == (2, -3, 0)

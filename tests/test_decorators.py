@@ -100,3 +100,30 @@ async def test_exception_in_an_async_view_releases_at_once(async_client):
 
 def test_probe_keys_are_under_the_prefix(key_prefix):
     assert all(key.startswith(key_prefix + ":") for key in probe_keys("x"))
+
+
+# -- permits and priority per request ------------------------------------------------
+
+
+def test_permits_and_priority_come_from_the_decorator_or_the_settings(client):
+    sem = semaphores["web-weighted"]  # LIMIT 4, PERMITS 2 in tests/settings_web.py
+    response = client.get("/web/weighted/?permits=3")
+    assert response.status_code == 200
+    lease = body(response)["leases"]["web-weighted"]
+    assert lease["permits"] == 3 and lease["slots"] == [0, 1, 2]
+    assert body(client.get("/web/weighted-settings/"))["leases"]["web-weighted"]["permits"] == 2
+    held = sem.acquire(permits=3)
+    try:
+        assert client.get("/web/weighted-settings/").status_code == 429  # 2 > 1 free
+        fits = body(client.get("/web/weighted/?permits=1"))["leases"]["web-weighted"]
+        assert fits["slots"] == [3]
+    finally:
+        held.release()
+    assert sem.available() == 4
+
+
+@pytest.mark.asyncio
+async def test_async_views_take_the_permits_too(async_client):
+    response = await async_client.get("/web/weighted/?permits=4&vip=1")
+    assert response.status_code == 200
+    assert body(response)["leases"]["web-weighted"]["slots"] == [0, 1, 2, 3]

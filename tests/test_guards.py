@@ -423,3 +423,24 @@ def test_celery_style_task_retries_after_retry_after(settings):
     assert gate.peak == 2
     assert worker.retries and all(r == 1 for r in worker.retries)
     assert semaphores["api"].available() == 2
+
+
+# -- permits and priority per use ------------------------------------------------------------
+
+
+def test_a_guard_takes_its_permits_for_each_call():
+    gpus = Semaphore("guard-gpus", limit=4, timeout=30)
+
+    @gpus.guard(permits=3, priority=2)
+    def train():
+        lease = current_lease("guard-gpus")
+        return lease.permits, lease.slots, gpus.available()
+
+    assert train() == (3, (0, 1, 2), 1)
+    held = gpus.acquire(permits=2)
+    with pytest.raises(SemaphoreFull):
+        train()  # 3 > 2 free
+    held.release()
+    for bad in ({"permits": 0}, {"permits": 1.5}, {"priority": "high"}):
+        with pytest.raises(ValueError):
+            FunctionGuard(gpus, **bad)

@@ -143,3 +143,25 @@ def test_refusal_logged_once(client, caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "django_semaphore"]
     assert len(lines) == 1 and "'mw-path'" in lines[0]
     held.release()
+
+
+def test_permits_are_read_per_request(client, settings):
+    # PERMITS as a dotted path (request) -> int: ?permits=n
+    settings.SEMAPHORES = {
+        **WEB_SEMAPHORES,
+        "mw-path": {
+            "LIMIT": 3,
+            "TIMEOUT": 30,
+            "PATHS": [r"^/web/mw/a?path/"],
+            "PERMITS": "tests.views.permits_of",
+        },
+    }
+    sem = semaphores["mw-path"]
+    held = sem.acquire(permits=2)
+    try:
+        assert client.get("/web/mw/path/?permits=2").status_code == 429  # 2 > 1 free
+        assert client.get("/web/mw/path/?permits=1").status_code == 200
+    finally:
+        held.release()
+    assert client.get("/web/mw/path/?permits=3").status_code == 200
+    assert sem.available() == 3

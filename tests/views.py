@@ -59,7 +59,13 @@ def _sleep_for(request, default=1.0):
 
 
 def _lease(lease):
-    return {"token": lease.token, "key": lease.key, "lost": lease.lost}
+    return {
+        "token": lease.token,
+        "key": lease.key,
+        "lost": lease.lost,
+        "permits": lease.permits,
+        "slots": list(lease.slots),
+    }
 
 
 def leases_json(request, **extra):
@@ -167,6 +173,27 @@ def dotted(request):
 
 def tenant_key(request):
     return request.GET.get("tenant", "none")
+
+
+def permits_of(request):
+    """PERMITS per request: ?permits=n (default 1)."""
+    return int(request.GET.get("permits", 1))
+
+
+def priority_of(request):
+    """PRIORITY per request: staff-like callers (?vip=1) first."""
+    return 10 if request.GET.get("vip") else 0
+
+
+@semaphore("web-weighted", permits="tests.views.permits_of", priority=priority_of)
+def weighted(request):
+    return leases_json(request)
+
+
+@semaphore("web-weighted")
+def weighted_settings(request):
+    """PERMITS and PRIORITY from the settings entry."""
+    return leases_json(request)
 
 
 @semaphore("web-one")

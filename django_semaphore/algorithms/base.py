@@ -29,6 +29,8 @@ class Granted:
     expires_ms: int
     #: A dry run admitted this caller although enforcing would have refused it.
     over_limit: bool = False
+    #: The slot numbers granted, one per permit ("lua"; empty for the variants).
+    slots: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -45,6 +47,8 @@ class Refused:
     recheck_ms: float | None = None
     #: The waiter's ticket number, if this acquire queued it ("" otherwise).
     ticket: str = ""
+    #: Refused at once because MAX_WAITERS callers already wait ("lua").
+    queue_full: bool = False
 
     def retry_after(self, timeout: float) -> int:
         """Retry-After in whole seconds for a caller whose TIMEOUT is ``timeout``."""
@@ -72,6 +76,9 @@ class Algorithm(Protocol):
     #: True if waiters queue in the partition's FIFO (tickets and wake-up
     #: lists); False: a waiting caller polls, and ``abandon`` does nothing.
     queues: bool
+    #: True if it takes ``permits`` > 1, ``priority`` and ``max_waiters`` and
+    #: gives slot numbers ("lua"); the others take one permit, first come first served.
+    schedules: bool
 
     def acquire(
         self,
@@ -83,6 +90,9 @@ class Algorithm(Protocol):
         ticket_ms: int = 0,
         ticket: str = "",
         dry_run: bool = False,
+        permits: int = 1,
+        priority: int = 0,
+        max_waiters: int | None = None,
     ) -> Operation[Outcome]:
         """Take a slot for ``identifier``, or a refusal.
 
@@ -90,6 +100,8 @@ class Algorithm(Protocol):
         :attr:`queues`); ``ticket`` is its ticket number from an earlier refusal.
         ``dry_run``: never refuse (MODE "dry_run"); a caller that enforcing
         would have refused is granted with ``over_limit`` set.
+        ``permits``, ``priority`` and ``max_waiters`` only if :attr:`schedules`
+        (the engine never passes other values to the others).
         """
         ...
 
@@ -139,6 +151,12 @@ def as_str(value: Any) -> str:
 def as_int(value: Any) -> int:
     """A Redis reply item as an int (bytes are decoded)."""
     return int(value.decode() if isinstance(value, bytes) else value)
+
+
+def parse_slots(value: Any) -> tuple[int, ...]:
+    """Slot numbers from their stored form, ``"3,5"`` (``""``: none)."""
+    text = as_str(value) if value is not None else ""
+    return tuple(int(part) for part in text.split(",") if part.isdigit())
 
 
 def record(token: int, acquired_ms: int, meta_json: str) -> str:

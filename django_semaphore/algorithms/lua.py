@@ -12,7 +12,7 @@ from typing import Any
 
 from ..keys import PartitionKeys
 from ..scripting import LuaScript, Operation, Script
-from .base import Granted, Outcome, Refused, as_int, as_str
+from .base import Granted, Outcome, Refused, as_int, as_str, parse_slots
 
 ACQUIRE = LuaScript("acquire")
 RELEASE = LuaScript("release")
@@ -22,10 +22,12 @@ WAKE = LuaScript("wake")
 
 
 class Lua:
-    """Fair (a counter ranks holders), FIFO waiting queue, server clock (``TIME``)."""
+    """Fair (a counter ranks holders), a waiting queue served by priority then
+    arrival, weighted permits with slot numbers, server clock (``TIME``)."""
 
     name = "lua"
     queues = True
+    schedules = True
 
     def acquire(
         self,
@@ -37,20 +39,33 @@ class Lua:
         ticket_ms: int = 0,
         ticket: str = "",
         dry_run: bool = False,
+        permits: int = 1,
+        priority: int = 0,
+        max_waiters: int | None = None,
     ) -> Operation[Outcome]:
-        """Take a slot, or a refusal; ``ticket_ms`` > 0 queues the caller (a
-        waiter), ``ticket`` is its ticket number from an earlier refusal.
-        ``dry_run`` admits over the limit, with the over-limit marker in the
-        same reply (one round trip, as always)."""
+        """Take ``permits`` slots, or a refusal; ``ticket_ms`` > 0 queues the
+        caller (a waiter) by ``priority`` then arrival, ``ticket`` is its
+        ticket number from an earlier refusal, ``max_waiters`` refuses it at
+        once instead when that many wait.  ``dry_run`` admits over the limit,
+        with the over-limit marker in the same reply (one round trip, as always)."""
         script_keys = keys.main + (keys.wake(identifier),) if ticket_ms else keys.main
-        args: tuple[object, ...] = (limit, timeout_ms, identifier, meta_json, ticket_ms, ticket)
-        if dry_run:
-            args += ("1",)
+        args = (
+            limit,
+            timeout_ms,
+            identifier,
+            meta_json,
+            ticket_ms,
+            ticket,
+            "1" if dry_run else "",
+            permits,
+            priority,
+            "" if max_waiters is None else max_waiters,
+        )
         reply = yield Script(ACQUIRE, script_keys, args)
         if reply[0] == 1:
-            return Granted(as_int(reply[1]), reply[2], reply[3], len(reply) > 4 and reply[4] == 1)
-        yield from wake(keys, reply, 5)
-        return Refused(reply[1], reply[2], reply[3], as_str(reply[4]))
+            return Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, parse_slots(reply[5]))
+        yield from wake(keys, reply, 6)
+        return Refused(reply[1], reply[2], reply[3], as_str(reply[4]), reply[5] == 1)
 
     def release(
         self, keys: PartitionKeys, limit: int, identifier: str, acquired_ms: int | None = None

@@ -94,6 +94,7 @@ class Basic:
 
     name = "basic"
     queues = False
+    schedules = False
 
     def acquire(
         self,
@@ -105,8 +106,13 @@ class Basic:
         ticket_ms: int = 0,
         ticket: str = "",
         dry_run: bool = False,
+        permits: int = 1,
+        priority: int = 0,
+        max_waiters: int | None = None,
     ) -> Operation[Outcome]:
-        """Take a slot, or a refusal (``ticket_ms`` and ``ticket`` are ignored: no queue).
+        """Take a slot, or a refusal (``ticket_ms`` and ``ticket`` are ignored: no queue;
+        ``permits``, ``priority`` and ``max_waiters`` too: the engine passes
+        only their defaults, see :attr:`Algorithm.schedules`).
 
         ``dry_run``: a refused caller acquires again with an unbounded limit
         and is granted with ``over_limit`` set: one more round trip (two for

@@ -1,10 +1,17 @@
 -- Shared prelude, prepended to every script.
 -- KEYS[1] timeouts ZSET (id -> expiry ms), KEYS[2] owners ZSET (id -> token),
--- KEYS[3] holds HASH (id -> "token:acquired_ms:meta", "#" -> counter,
+-- KEYS[3] holds HASH (id -> "token:acquired_ms:meta", "@" .. id -> the
+--         holder's slot numbers "3,5" ("lua"), "#" -> counter,
 --         "%" -> recent hold times, see record_hold),
--- KEYS[4] queue ZSET (waiter id -> ticket), KEYS[5] queue deadlines ZSET (waiter id -> ms),
--- KEYS[6] waiters HASH (waiter id -> its meta json, while it is queued),
--- KEYS[7] (acquire of a waiter, abandon) the caller's own wake-up LIST.
+-- KEYS[4] queue ZSET (member "ticket:permits:id" -> -priority: ZRANGE is the
+--         serving order, priority first, then the ticket number: members of
+--         one score sort as strings, and ticket numbers all have the same
+--         number of digits (server microseconds: 16 until the year 2286)),
+-- KEYS[5] queue deadlines ZSET (the same members -> ms),
+-- KEYS[6] waiters HASH (waiter id -> "ticket:permits:meta json", while it is queued),
+-- KEYS[7] slots bitmap (bit n set while a holder has slot n: BITCOUNT is the
+--         number of permits held, BITPOS finds free slots in O(LIMIT / 64)),
+-- KEYS[8] (acquire of a waiter, abandon) the caller's own wake-up LIST.
 -- A script touches no other key: the wake-up lists of other waiters are
 -- pushed afterwards by wake.lua, to which the caller passes the identifiers
 -- (and the TTL) a script returned (Redis Cluster wants every key declared).
@@ -38,15 +45,57 @@ local function lengthen(key, ttl)
   if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
 end
 
--- Remove up to `n` holders whose lease ended at or before `now`; return how many.
+-- Give the slots "3,5" back to the bitmap, which exists.
+local function free_slots(slots)
+  for pos in string.gmatch(slots, '%d+') do redis.call('SETBIT', KEYS[7], pos, 0) end
+end
+
+-- Forget the records of the holders `ids` (at most 1000): their slots go back
+-- to the bitmap (if it still exists: SETBIT would create it without a TTL).
+-- Returns how many holder records there were.
+local function drop_records(ids)
+  local fields = {}
+  for i, id in ipairs(ids) do fields[i] = '@' .. id end
+  local slots = redis.call('HMGET', KEYS[3], unpack(fields))
+  local exists = nil
+  for i = 1, #ids do
+    if slots[i] then
+      if exists == nil then exists = redis.call('EXISTS', KEYS[7]) == 1 end
+      if exists then free_slots(slots[i]) end
+    end
+  end
+  redis.call('HDEL', KEYS[3], unpack(fields))
+  return redis.call('HDEL', KEYS[3], unpack(ids))
+end
+
+-- drop_records for one holder, `id` (release, refresh): returns how many of
+-- its two fields were there.
+local function drop_record(id)
+  local slots = redis.call('HGET', KEYS[3], '@' .. id)
+  if slots and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(slots) end
+  return redis.call('HDEL', KEYS[3], id, '@' .. id)
+end
+
+-- Remove up to `n` (<= 1000) holders whose lease ended at or before `now`; return how many.
 local function purge_holders(now, n)
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, n)
   if #gone > 0 then
     redis.call('ZREM', KEYS[1], unpack(gone))
     redis.call('ZREM', KEYS[2], unpack(gone))
-    redis.call('HDEL', KEYS[3], unpack(gone))
+    drop_records(gone)
   end
   return #gone
+end
+
+-- Permits held: the slots taken (expired leases not purged yet included).
+local function permits_held()
+  return redis.call('BITCOUNT', KEYS[7])
+end
+
+-- A queue member's parts: identifier, permits, ticket number.
+local function member_parts(member)
+  local number, permits, id = string.match(member, '^(%d+):(%d+):(.*)$')
+  return id, tonumber(permits), number
 end
 
 -- Remove abandoned waiter tickets; return the number of waiters left.
@@ -57,34 +106,44 @@ local function purge_waiters(now)
     if #gone > 0 then
       redis.call('ZREM', KEYS[4], unpack(gone))
       redis.call('ZREM', KEYS[5], unpack(gone))
-      redis.call('HDEL', KEYS[6], unpack(gone))
+      local ids = {}
+      for i, member in ipairs(gone) do ids[i] = member_parts(member) end
+      redis.call('HDEL', KEYS[6], unpack(ids))
       waiting = redis.call('ZCARD', KEYS[4])
     end
   end
   return waiting
 end
 
--- The first `free` waiters are entitled to the free slots: give each one not
--- woken yet CLAIM_MS to come and take its slot (ZADD LT only ever brings a
--- deadline forward; CH says whether it did, i.e. whether this waiter is woken
--- now) and append it to `out`, preceded by the TTL for its wake-up list (that
--- of the queue keys, which outlive every waiter's lease, and at least 10 s).
+-- The first waiters in serving order whose permits fit in the `free` ones
+-- together are entitled to them (the first that does not fit stops the
+-- walk: it blocks those behind it, so a large request is not starved): give
+-- each one not woken yet CLAIM_MS to come and take its slots (ZADD LT only
+-- ever brings a deadline forward; CH says whether it did, i.e. whether this
+-- waiter is woken now) and append it to `out`, preceded by the TTL for its
+-- wake-up list (that of the queue keys, which outlive every waiter's lease,
+-- and at least 10 s). At most `free` members are read (each needs >= 1 permit).
 local function wake_first(now, free, out)
   local claim = now + CLAIM_MS
   local first = #out + 1
+  local taken = 0
   for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
+    local id, permits = member_parts(w)
+    taken = taken + permits
+    if taken > free then break end
     if redis.call('ZADD', KEYS[5], 'XX', 'LT', 'CH', claim, w) == 1 then
       if #out < first then out[first] = math.max(10000, redis.call('PTTL', KEYS[5])) end
-      out[#out + 1] = w
+      out[#out + 1] = id
     end
   end
 end
 
--- A slot came free (release, abandon): pass it to the first waiters.
+-- Permits came free (release, abandon): pass them to the first waiters.
 local function wake(now, limit, out)
   local waiting = purge_waiters(now)
   if waiting == 0 then return end
-  local free = limit - redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+  purge_holders(now, 100)
+  local free = limit - permits_held()
   if free > 0 then wake_first(now, free, out) end
 end
 
@@ -120,10 +179,11 @@ end
 -- one PTTL tells whether anything needs writing, and a write that is needed
 -- (the TTL is below this expiry + 1 s) lengthens the timeout ZSET, while GT
 -- keeps the others from being shortened.
--- `fresh`: the partition had no holder entries (live == 0), so the ZSETs were
--- just created, and no holder relies on any of the three TTLs: set them.
+-- `fresh`: the partition had no permits held (none before this grant), so the
+-- ZSETs were just created, and no holder relies on any of the four TTLs (the
+-- slots bitmap's too): set them.
 -- `rebuilt`: the holds HASH was just re-created (evicted alone, without a
--- TTL): all three get the longest of their TTLs and this one.
+-- TTL): all four get the longest of their TTLs and this one.
 local function keep_alive(now, expiry, lease, fresh, rebuilt)
   local need = expiry - now + 1000
   local ttl = need + lease
@@ -131,14 +191,17 @@ local function keep_alive(now, expiry, lease, fresh, rebuilt)
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl)
     redis.call('PEXPIRE', KEYS[3], ttl)
+    redis.call('PEXPIRE', KEYS[7], ttl)
   elseif rebuilt then
-    ttl = math.max(ttl, redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[2]))
+    ttl = math.max(ttl, redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[2]), redis.call('PTTL', KEYS[7]))
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl)
     redis.call('PEXPIRE', KEYS[3], ttl)
+    redis.call('PEXPIRE', KEYS[7], ttl)
   elseif redis.call('PTTL', KEYS[1]) < need then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl, 'GT')
     redis.call('PEXPIRE', KEYS[3], ttl, 'GT')
+    redis.call('PEXPIRE', KEYS[7], ttl, 'GT')
   end
 end

@@ -1,11 +1,15 @@
--- Acquire a slot, fairly, in one atomic step.
+-- Acquire permits, fairly, in one atomic step.
 -- ARGV: limit, lease ms, identifier, meta json, ticket ms (0: do not queue),
 --       the caller's ticket number from an earlier refusal ('': none),
---       '1' for a dry run (MODE "dry_run"/"off": admit over the limit too).
--- KEYS[7] (a waiter: ticket ms > 0): the caller's own wake-up list.
+--       '1' for a dry run (MODE "dry_run"/"off": admit over the limit too),
+--       permits (1..limit), priority (an int: higher is served first),
+--       max waiters ('': unbounded; n: a caller that would have to queue
+--       while n wait is refused at once).
+-- KEYS[8] (a waiter: ticket ms > 0): the caller's own wake-up list.
 -- Returns {1, token, acquired_ms, expires_ms, over limit (1: a dry run admitted
--- a caller enforcing would have refused; 0)}, or when refused
--- {0, estimate ms, waiters ahead, recheck ms, ticket number or '', [wake TTL ms, id, ...]}:
+-- a caller enforcing would have refused; 0), slots "3,5"}, or when refused
+-- {0, estimate ms, waiters ahead, recheck ms, ticket number or '', queue full
+-- (1: refused because max waiters wait; 0), [wake TTL ms, id, ...]}:
 -- the estimated wait (for Retry-After); when a waiter should look again at
 -- the latest (a lease expiring or a claim window ending pushes no wake-up);
 -- the caller's ticket number if it was queued now (to come back to its place
@@ -15,74 +19,119 @@ local lease = tonumber(ARGV[2])
 local id = ARGV[3]
 local ticket = tonumber(ARGV[5])
 local dry = ARGV[7] == '1'
+local permits = tonumber(ARGV[8] or '') or 1
+local priority = tonumber(ARGV[9] or '') or 0
+local cap = tonumber(ARGV[10] or '')
 local now, clock = server_ms()
 
--- A retried acquire (same identifier) that already got its slot gets it again.
+-- A retried acquire (same identifier) that already got its slots gets them again.
 local function held_again()
   local held = redis.call('ZSCORE', KEYS[1], id)
   if held and tonumber(held) > now then
     local rec = redis.call('HGET', KEYS[3], id)
     if rec then
       local token, acquired = string.match(rec, '^(%d+):(%d+):')
-      return {1, token, tonumber(acquired), tonumber(held)}
+      return {1, token, tonumber(acquired), tonumber(held), 0, redis.call('HGET', KEYS[3], '@' .. id) or ''}
     end
   end
 end
 
 local waiting = purge_waiters(now)
-local ahead = waiting
-local rank = nil
-local number = nil  -- the ticket number of a waiter that is not in the queue (any more)
+local ahead = 0
+local member = nil  -- this caller's queue member, once it is in the queue
+local number = nil  -- its ticket number
+local ranked = nil  -- the waiters ahead of it: the first `ahead` members of the queue (nil: by score)
 if waiting > 0 then
-  rank = redis.call('ZRANK', KEYS[4], id)
-  if rank then
-    ahead = rank
-  elseif ticket > 0 and ARGV[6] and ARGV[6] ~= '' then
-    -- A waiter dropped from the queue (it missed its claim window, or was
-    -- stalled past its ticket) comes back to its place: only the waiters
-    -- that queued before it are ahead of it.
-    number = ARGV[6]
-    ahead = redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. number)
+  if ticket > 0 then
+    local rec = redis.call('HGET', KEYS[6], id)
+    number = rec and string.match(rec, '^(%d+):')
+    if not number and ARGV[6] and ARGV[6] ~= '' then number = ARGV[6] end
+  end
+  if number then
+    member = number .. ':' .. permits .. ':' .. id
+    ranked = redis.call('ZRANK', KEYS[4], member)
+    if not ranked then
+      -- A waiter dropped from the queue (it missed its claim window, or was
+      -- stalled past its ticket) comes back to its place: only the waiters
+      -- served before it are ahead of it.
+      redis.call('ZADD', KEYS[4], -priority, member)
+      redis.call('HSET', KEYS[6], id, number .. ':' .. permits .. ':' .. ARGV[4])
+      ranked = redis.call('ZRANK', KEYS[4], member)
+    end
+    ahead = ranked
+  else
+    -- A newcomer: the waiters of its priority or a higher one are ahead.
+    ahead = redis.call('ZCOUNT', KEYS[4], '-inf', -priority)
   end
 end
 
--- Count before purging: entries that expired but are still there only make
--- the count too high, so a count that leaves room grants at once, and only a
--- semaphore that looks full pays for the purge (then counts again; after a
--- purge every entry left is live, unless more than one batch had expired).
-local live = redis.call('ZCARD', KEYS[1])
-if limit - live <= ahead then
-  local purged = purge_holders(now, 1000)
-  if purged == 1000 then
-    live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-  elseif purged > 0 then
-    live = live - purged
+-- The permits the waiters ahead need (at most limit + 1 counted: more never fit).
+local needed_ahead = 0
+if ahead > 0 then
+  if ahead > limit then
+    needed_ahead = limit + 1
+  else
+    local first
+    if ranked then
+      first = redis.call('ZRANGE', KEYS[4], 0, ahead - 1)
+    else
+      first = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', -priority, 'LIMIT', 0, ahead)
+    end
+    for _, w in ipairs(first) do
+      local _, p = member_parts(w)
+      needed_ahead = needed_ahead + p
+      if needed_ahead > limit then break end
+    end
   end
+end
+
+-- Count before purging: expired leases not purged yet only make the count
+-- too high, so a count that leaves room grants at once, and only a
+-- semaphore that looks full pays for the purge (then counts again).
+local used = permits_held()
+if limit - used - needed_ahead < permits then
+  if purge_holders(now, 1000) > 0 then used = permits_held() end
 end
 
 local over = 0
-if limit - live <= ahead and dry then
+local fits = limit - used - needed_ahead >= permits
+if not fits and dry then
   -- A dry run: nobody is refused; say whether enforcing would have.
   local again = held_again()
   if again then return again end
   over = 1
 end
-if limit - live > ahead or over == 1 then
+if fits or over == 1 then
   local expires = now + lease
   -- NX: an identifier already present is a retry, found without a ZSCORE
-  -- on the common path (or an expired entry not purged yet: replaced).
+  -- on the common path (or an expired entry not purged yet: replaced, and
+  -- its slots given back first).
   if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 0 then
     local again = held_again()
     if again then return again end
+    drop_record(id)
+    used = permits_held()
     redis.call('ZADD', KEYS[1], expires, id)
   end
-  if rank then
-    redis.call('ZREM', KEYS[4], id)
-    redis.call('ZREM', KEYS[5], id)
+  if member then
+    redis.call('ZREM', KEYS[4], member)
+    redis.call('ZREM', KEYS[5], member)
     redis.call('HDEL', KEYS[6], id)
+    -- A wake-up pushed to this waiter and not read any more.
+    if KEYS[8] then redis.call('DEL', KEYS[8]) end
   end
-  -- A wake-up pushed to this waiter and not read any more.
-  if (rank or number) and KEYS[7] then redis.call('DEL', KEYS[7]) end
+  -- The lowest free slot numbers: below the limit in force, since fewer
+  -- than `limit` permits are held (slots of holders above a lowered limit
+  -- stay theirs). BITPOS from the byte of the last slot taken: O(LIMIT / 64)
+  -- in all. (SETBIT per slot: cheaper than one BITFIELD for a few.)
+  local pos = redis.call('BITPOS', KEYS[7], 0)
+  redis.call('SETBIT', KEYS[7], pos, 1)
+  local taken = tostring(pos)
+  for _ = 2, permits do
+    pos = redis.call('BITPOS', KEYS[7], 0, math.floor(pos / 8))
+    redis.call('SETBIT', KEYS[7], pos, 1)
+    taken = taken .. ',' .. pos
+  end
   -- The fair counter: the next token is the larger of the last token + 1
   -- and the server time in microseconds. Tokens keep increasing across idle
   -- periods in which the keys expired, and across a failover to a replica
@@ -95,38 +144,44 @@ if limit - live > ahead or over == 1 then
   if n >= 9007199254740991 then
     redis.call('HINCRBY', KEYS[3], '#', 1)
     token = redis.call('HGET', KEYS[3], '#')
-    redis.call('HSET', KEYS[3], id, token .. ':' .. now .. ':' .. ARGV[4])
+    redis.call('HSET', KEYS[3], id, token .. ':' .. now .. ':' .. ARGV[4], '@' .. id, taken)
   else
     local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
     if micros > n then n = micros else n = n + 1 end
     token = string.format('%.0f', n)
-    redis.call('HSET', KEYS[3], '#', token, id, token .. ':' .. now .. ':' .. ARGV[4])
+    redis.call('HSET', KEYS[3], '#', token, id, token .. ':' .. now .. ':' .. ARGV[4], '@' .. id, taken)
   end
   redis.call('ZADD', KEYS[2], token, id)
-  -- live == 0: the ZSETs were (re)created; no counter: the HASH was.
-  keep_alive(now, expires, lease, live == 0, not last)
-  return {1, token, now, expires, over}
+  -- used == 0: no holder before this one, the keys were (re)created; no counter: the HASH was.
+  keep_alive(now, expires, lease, used == 0, not last)
+  return {1, token, now, expires, over, taken}
 end
 
 local again = held_again()
 if again then return again end
 
-local out = {0, 0, ahead, 0, ''}
--- Free slots that waiters ahead are entitled to, with nobody taking them (a
+local out = {0, 0, ahead, 0, '', 0}
+-- Free permits that waiters ahead are entitled to, with nobody taking them (a
 -- lease expired, which wakes nobody; or a woken waiter never came): wake
 -- those waiters, so that a dead one among them is dropped after its claim
 -- window instead of holding up this caller until its ticket runs out.
-if live < limit and waiting > 0 then wake_first(now, limit - live, out) end
+if used < limit and waiting > 0 then wake_first(now, limit - used, out) end
 
+if ticket > 0 and not member and cap and waiting >= cap then
+  -- MAX_WAITERS wait already: refused at once, not queued.
+  out[6] = 1
+  ticket = 0
+end
 if ticket > 0 then
-  if not rank then
+  if not member then
     -- Tickets are numbered by server time in microseconds: arrival order.
-    number = number or string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
-    redis.call('ZADD', KEYS[4], number, id)
-    redis.call('HSET', KEYS[6], id, ARGV[4])
+    number = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
+    member = number .. ':' .. permits .. ':' .. id
+    redis.call('ZADD', KEYS[4], -priority, member)
+    redis.call('HSET', KEYS[6], id, number .. ':' .. permits .. ':' .. ARGV[4])
     out[5] = number
   end
-  redis.call('ZADD', KEYS[5], now + ticket, id)
+  redis.call('ZADD', KEYS[5], now + ticket, member)
   -- Tickets expire one by one (KEYS[5]); the keys outlive the longest of a
   -- ticket and a lease, as every key does (TTL >= TIMEOUT + 1 s), and a
   -- shorter lease never cuts their TTL. The two ZSETs hold the same waiters,
@@ -136,7 +191,7 @@ if ticket > 0 then
     redis.call('PEXPIRE', KEYS[4], keep)
     redis.call('PEXPIRE', KEYS[5], keep)
   end
-  -- The waiters' meta: the same lifetime, never shortened.
+  -- The waiters' records: the same lifetime, never shortened.
   lengthen(KEYS[6], keep)
 end
 
@@ -145,7 +200,7 @@ local until_expiry = lease
 if first[2] then until_expiry = tonumber(first[2]) - now end
 -- Retry-After: from the recent hold times and the queue ahead, never later
 -- than the earliest expiry (a slot is free then at the latest).
-local estimate = hold_estimate(ahead, limit)
+local estimate = hold_estimate(ahead + permits - 1, limit)
 if not estimate or estimate > until_expiry then estimate = until_expiry end
 out[2] = math.ceil(estimate)
 local recheck = until_expiry

@@ -35,7 +35,7 @@ if #orphans > 0 and not dry then
   for i = 1, #orphans, 1000 do
     local chunk = {unpack(orphans, i, math.min(i + 999, #orphans))}
     redis.call('ZREM', KEYS[2], unpack(chunk))
-    redis.call('HDEL', KEYS[3], unpack(chunk))
+    drop_records(chunk)
   end
 end
 if not dry then purge_waiters(server) end

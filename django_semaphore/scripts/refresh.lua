@@ -6,7 +6,7 @@ local expiry = redis.call('ZSCORE', KEYS[1], id)
 if not expiry or tonumber(expiry) <= now then
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', KEYS[2], id)
-  redis.call('HDEL', KEYS[3], id)
+  drop_record(id)
   return 0
 end
 local lease = tonumber(ARGV[2])

@@ -6,6 +6,7 @@ See testproject/settings.py for the SEMAPHORES they use.
 import asyncio
 import os
 import time
+import uuid
 
 from django.conf import settings
 from django.http import FileResponse, JsonResponse, StreamingHttpResponse
@@ -14,6 +15,8 @@ from django.urls import reverse
 from django.views.decorators.cache import cache_control
 
 from django_semaphore import semaphore
+
+from . import tasks
 
 DEFAULT_SECONDS = 3.0
 MAX_SECONDS = 10.0
@@ -83,6 +86,13 @@ DEMOS = [
         "semaphore": "async-work",
         "how": '@semaphore("async-work") on an async def view (asyncio Redis client)',
         "try": "Waits with await asyncio.sleep(): the event loop keeps serving other requests.",
+    },
+    {
+        "url_name": "export",
+        "title": "Background export",
+        "semaphore": "exports",
+        "how": '@semaphore("exports"); the view hands its lease to a task: lease.handoff() / Lease.adopt()',
+        "try": "Start one: 202 at once; the slot is held until the task ends; the admin shows its task id.",
     },
 ]
 
@@ -171,3 +181,28 @@ async def async_work(request):
     seconds = _seconds(request, 2.0)
     await asyncio.sleep(seconds)
     return _done(request, "async-work", seconds, "The async work is done.")
+
+
+@semaphore("exports")
+def export(request):
+    """Start a background export: the view's slot is handed to the task (202 Accepted).
+
+    The slot is not released at the response's end: the task adopts the lease,
+    holds it while it works (renewed), and releases it when done.
+    """
+    seconds = _seconds(request, 8.0)
+    lease = request.semaphore_leases["exports"]
+    task_id = str(uuid.uuid4())
+    tasks.run_in_thread(lease.handoff(), task_id, seconds)
+    data = {
+        "ok": True,
+        "semaphore": "exports",
+        "limit": settings.SEMAPHORES["exports"]["LIMIT"],
+        "token": lease.token,
+        "task_id": task_id,
+        "seconds": seconds,
+        "admin_url": reverse("admin:django_semaphore_semaphore_change", args=["exports"]),
+    }
+    if _wants_json(request):
+        return JsonResponse(data, status=202)
+    return render(request, "demo/export.html", data, status=202)

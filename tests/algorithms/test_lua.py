@@ -66,7 +66,7 @@ def test_a_long_timeout_holder_keeps_its_slot_while_short_timeout_callers_churn(
         assert lease.release() is True
     holders = long_sem.holders()
     assert [h.identifier for h in holders] == [long_lease.identifier]
-    for name in keys.main[:3]:
+    for name in (*keys.main[:3], keys.slots):
         assert raw_redis.pttl(name) >= long_lease.expires_ms - _server_ms(raw_redis) + 1000 - 5, name
     assert long_sem.acquire() is not None
     assert short_sem.acquire() is None
@@ -202,14 +202,17 @@ def test_every_key_a_script_touches_is_declared(declared, raw_redis):
     w3 = check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS))
     assert isinstance(check(LUA.acquire(keys, 2, 30000, "w4", "{}", TICKET_MS)), Refused)
 
-    def drop_w3():  # as when its claim window ends with it stalled
-        raw_redis.zrem(keys.queue, "w3")
-        raw_redis.zrem(keys.queue_deadlines, "w3")
+    def drop_w3():  # as when its claim window ends with it stalled (queue members: "ticket:permits:id")
+        for member in raw_redis.zrange(keys.queue, 0, -1):
+            if member.endswith(b":w3"):
+                raw_redis.zrem(keys.queue, member)
+                raw_redis.zrem(keys.queue_deadlines, member)
+        raw_redis.hdel(keys.waiters, "w3")
 
     drop_w3()
     back = check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket))
     assert isinstance(back, Refused) and back.ahead == 0
-    assert raw_redis.zrange(keys.queue, 0, -1) == [b"w3", b"w4"]
+    assert [m.rsplit(b":", 1)[1] for m in raw_redis.zrange(keys.queue, 0, -1)] == [b"w3", b"w4"]
     drop_w3()
     assert check(LUA.release(keys, 2, "h3")) is True  # wakes w4, the only one queued
     assert isinstance(check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket)), Granted)

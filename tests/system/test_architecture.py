@@ -165,6 +165,7 @@ EXEMPT = {
     "management/commands/__init__.py": "an empty package marker",
     "algorithms/__init__.py": "the registry only, tested with the Protocol in tests/algorithms/test_base.py",
     "metrics/urls.py": "one URL pattern, the scrape endpoint tests/test_metrics.py requests",
+    "contrib/__init__.py": "an empty package marker: each integration is tested in tests/contrib/",
 }
 #: Modules whose test file is not named after them.
 RENAMED = {"__init__.py": "test_api.py"}  # the package's own __init__: its public API

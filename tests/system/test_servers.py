@@ -379,7 +379,13 @@ def long_view_keeps_slot(http, raw_redis, base, path):
         signals.lease_lost.disconnect(on_lost)
     assert response.status_code == 200
     data = response.json()
-    assert data["leases"]["web-short"] == {"token": holder.token, "key": None, "lost": False}
+    assert data["leases"]["web-short"] == {
+        "token": holder.token,
+        "key": None,
+        "lost": False,
+        "permits": 1,
+        "slots": [0],
+    }
     assert data["refreshed_until"] - data["acquired"] > 2000  # renewed past 2 s after the grant
     assert checks_past_timeout >= 1
     assert lost == []

@@ -7,6 +7,11 @@ recorded interval lies inside the interval during which Redis counted the
 holder, so a sweep over all of them that finds more than LIMIT open at once
 would prove over-admission.  It must find at most LIMIT, and every release
 must confirm that the slot was still held.
+
+The weighted stress does the same with 16 processes taking 1 to 4 permits at
+random priorities on LIMIT 8: the sweep sums permits instead of counting
+holders, and checks that no hold starts on a slot number that an open hold
+has (or outside range(LIMIT)).
 """
 
 import json
@@ -115,3 +120,131 @@ def test_never_more_than_limit_holders(subprocess_env, raw_redis, key_prefix, tm
     assert lost == 0
     assert peak <= LIMIT and above == 0
     assert peak == LIMIT  # the limit was reached, so the check had something to find
+
+
+# -- weighted and prioritised ("lua" scheduling) -------------------------------------------
+
+WEIGHTED_PROCESSES = 16
+WEIGHTED_ATTEMPTS = 6400  # per process: 16 x 6400 = 102,400 weighted acquires
+WEIGHTED_LIMIT = 8
+
+WEIGHTED_WORKER = textwrap.dedent(
+    """
+    import json, os, random, sys, time
+    import django
+    django.setup()
+    import redis
+    from django_semaphore import Semaphore
+    index, attempts, out, go = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    sem = Semaphore("weighted-stress", limit=LIMIT, timeout=30)
+    wait = 0.5 if index % 4 == 0 else 0  # a quarter of the workers queue
+    sem.available()
+    redis.Redis.from_url(os.environ["REDIS_URL"]).blpop(go, 60)
+    monotonic = time.monotonic
+    holds, refused, lost = [], 0, 0
+    started = monotonic()
+    for _ in range(attempts):
+        permits = random.randint(1, 4)
+        lease = sem.acquire(wait=wait, permits=permits, priority=random.choice((-1, 0, 1)))
+        if lease is None:
+            refused += 1
+            continue
+        begin = monotonic()
+        time.sleep(random.random() * 0.002)
+        end = monotonic()
+        if not lease.release():
+            lost += 1
+        holds.append((begin, end, permits, list(lease.slots)))
+    with open(out, "w") as f:
+        json.dump({"holds": holds, "refused": refused, "lost": lost,
+                   "seconds": monotonic() - started}, f)
+    """
+).replace("LIMIT", str(WEIGHTED_LIMIT))
+
+
+def weighted_sweep(holds):
+    """Sweep over (start, end, permits, slots) holds (ends before starts at equal times).
+
+    Returns (peak permits held at once, moments above the limit, slot clashes:
+    a hold starting on a slot that an open hold has, or outside range(limit)).
+    """
+    events = sorted(
+        [(s, 1, i) for i, (s, _, _, _) in enumerate(holds)]
+        + [(e, -1, i) for i, (_, e, _, _) in enumerate(holds)]
+    )
+    held = peak = above = clashes = 0
+    taken = set()
+    for _, delta, i in events:
+        permits, slots = holds[i][2], holds[i][3]
+        if delta < 0:
+            held -= permits
+            taken.difference_update(slots)
+            continue
+        held += permits
+        peak = max(peak, held)
+        above += held > WEIGHTED_LIMIT
+        if len(slots) != permits or taken & set(slots) or any(not 0 <= s < WEIGHTED_LIMIT for s in slots):
+            clashes += 1
+        taken.update(slots)
+    return peak, above, clashes
+
+
+@pytest.mark.slow
+def test_weighted_acquires_never_exceed_the_limit(subprocess_env, raw_redis, key_prefix, tmp_path):
+    go = f"{key_prefix}:weighted-go"
+    outputs = [tmp_path / f"weighted-{i}.json" for i in range(WEIGHTED_PROCESSES)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WEIGHTED_WORKER, str(i), str(WEIGHTED_ATTEMPTS), str(outputs[i]), go],
+            env=subprocess_env,
+        )
+        for i in range(WEIGHTED_PROCESSES)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while raw_redis.execute_command("CLIENT", "LIST").count(b"cmd=blpop") < WEIGHTED_PROCESSES:
+            assert time.monotonic() < deadline, "workers did not get ready"
+            assert all(w.poll() is None for w in workers), "a worker died before the start"
+            time.sleep(0.1)
+        started = time.monotonic()
+        raw_redis.rpush(go, *range(WEIGHTED_PROCESSES))
+        for worker in workers:
+            assert worker.wait(600) == 0
+        elapsed = time.monotonic() - started
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+
+    holds, refused, lost = [], 0, 0
+    for path in outputs:
+        data = json.loads(path.read_text())
+        holds.extend(tuple(h) for h in data["holds"])
+        refused += data["refused"]
+        lost += data["lost"]
+    attempts = len(holds) + refused
+    peak, above, clashes = weighted_sweep(holds)
+    figures = {
+        "processes": WEIGHTED_PROCESSES,
+        "weighted_acquires": attempts,
+        "granted": len(holds),
+        "permits_granted": sum(h[2] for h in holds),
+        "refused": refused,
+        "leases_lost": lost,
+        "peak_permits": peak,
+        "moments_above_limit": above,
+        "slot_clashes": clashes,
+        "seconds": round(elapsed, 1),
+    }
+    print("WEIGHTED STRESS FIGURES", json.dumps(figures))
+    path = os.environ.get("SEMAPHORE_FIGURES")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"weighted_stress": figures}) + "\n")
+    assert attempts == WEIGHTED_PROCESSES * WEIGHTED_ATTEMPTS >= 10**5
+    assert refused > 0, "the semaphore was never contended"
+    assert lost == 0
+    assert above == 0 and peak <= WEIGHTED_LIMIT
+    assert clashes == 0
+    assert peak >= WEIGHTED_LIMIT - 1  # (nearly) full at times: the check had something to find

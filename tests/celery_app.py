@@ -1,0 +1,104 @@
+"""The Celery app of the worker tests (tests/system/test_celery_worker.py).
+
+The worker runs ``celery -A tests.celery_app worker`` in a subprocess; its
+broker and result backend are a database of the test session's own
+redis-server (SEMAPHORE_CELERY_BROKER), its queue one of its own
+(SEMAPHORE_CELERY_QUEUE).  The tasks record what they see in Redis, under the
+test's SEMAPHORE_KEY_PREFIX (``<prefix>:rec:...``), for the test to assert on.
+"""
+
+import os
+import time
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+django.setup()
+
+from celery import Celery, signals  # noqa: E402 - Django first
+from django.conf import settings  # noqa: E402
+
+from django_semaphore import Semaphore, connection  # noqa: E402
+from django_semaphore.contrib.celery import current_lease, semaphore_task  # noqa: E402
+
+app = Celery("semaphore_tests")
+app.conf.update(
+    broker_url=os.environ.get("SEMAPHORE_CELERY_BROKER", "memory://"),
+    result_backend=os.environ.get("SEMAPHORE_CELERY_BROKER") or None,
+    task_default_queue=os.environ.get("SEMAPHORE_CELERY_QUEUE", "semaphore-tests"),
+    worker_prefetch_multiplier=1,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    result_expires=600,
+)
+
+LIMIT = 2
+#: The semaphore of ``job``: ad-hoc, so the worker needs no SEMAPHORES entry for it.
+JOBS = Semaphore("bg-jobs", limit=LIMIT, timeout=float(os.environ.get("SEMAPHORE_CELERY_TIMEOUT", "10")))
+#: A short lease: a slot freed by expiry.
+SHORT = Semaphore("bg-short", limit=1, timeout=1.5)
+RECORD_TTL = 600
+HOLD_LIMIT = 60.0  # a task never waits longer than this for its "go"
+
+# Counts running jobs; keeps the highest count seen (KEYS: running, peak).
+_ENTER = """
+local n = redis.call('INCR', KEYS[1])
+if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+return n
+"""
+
+
+def rec(name):
+    """A record key of the running test (same prefix as its semaphores)."""
+    return f"{settings.SEMAPHORE_KEY_PREFIX}:rec:{name}"
+
+
+def server_ms(client):
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _body(label, sem, partition):
+    """Record the start (server time, and the holders seen), wait for "go", record the end."""
+    client = connection.get_client()
+    lease = current_lease()
+    holders = sem.holders(partition)
+    held = lease is not None and lease.identifier in {h.identifier for h in holders}
+    client.eval(_ENTER, 2, rec("running"), rec("peak"), RECORD_TTL)
+    token = lease.token if lease is not None else -1
+    client.rpush(rec("starts"), f"{label}:{server_ms(client)}:{len(holders)}:{int(held)}:{token}")
+    client.expire(rec("starts"), RECORD_TTL)
+    deadline = time.monotonic() + HOLD_LIMIT
+    while not client.exists(rec(f"go:{label}"), rec("go:all")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    client.decr(rec("running"))
+    client.rpush(rec("ends"), label)
+    client.expire(rec("ends"), RECORD_TTL)
+    return label
+
+
+@app.task(name="tests.job")
+@semaphore_task(JOBS, key=lambda label, tenant=None: tenant)
+def job(label, tenant=None):
+    return _body(label, JOBS, tenant)
+
+
+@app.task(name="tests.short_job")
+@semaphore_task(SHORT)
+def short_job(label):
+    return _body(label, SHORT, None)
+
+
+@app.task(name="tests.export")
+@semaphore_task("reports", ticket_arg="ticket")
+def export(report, ticket=None):
+    """The view -> task flow: adopts the view's lease from ``ticket``."""
+    return _body(report, Semaphore("reports"), None)
+
+
+@signals.worker_ready.connect
+def _ready(sender=None, **kwargs):
+    client = connection.get_client()
+    client.set(rec(f"ready:{os.getpid()}"), "1", ex=RECORD_TTL)
