@@ -21,6 +21,7 @@ back when it purges it.
 """
 
 import itertools
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -134,8 +135,10 @@ class SchedulingModel(RuleBasedStateMachine):
     @rule(permits=st.integers(1, MAX_LIMIT), priority=st.integers(-2, 2))
     def acquire(self, permits, priority):
         if permits > self.limit:
-            with pytest.raises(ValueError):
-                self.sem.acquire(wait=0, permits=permits, priority=priority)
+            # More than a limit lowered at runtime (LIMIT is MAX_LIMIT): refused at
+            # once, reason "full", never queued (a ValueError is for above LIMIT).
+            lease, retry_after = self.sem.try_acquire(wait=0, permits=permits, priority=priority)
+            assert lease is None and retry_after.reason == "full"
             return
         expected = self.fits(permits, priority)
         lease = self.sem.acquire(wait=0, permits=permits, priority=priority)
@@ -149,7 +152,13 @@ class SchedulingModel(RuleBasedStateMachine):
     @precondition(lambda self: len(self.queue) < MAX_WAITERS)
     @rule(permits=st.integers(1, MAX_LIMIT), priority=st.integers(-2, 2))
     def wait(self, permits, priority):
-        permits = min(permits, self.limit)
+        if permits > self.limit:  # could never fit by waiting: refused at once, not queued
+            started = time.monotonic()
+            lease, retry_after = self.sem.try_acquire(wait=120, permits=permits, priority=priority)
+            assert lease is None and retry_after.reason == "full"
+            assert time.monotonic() - started < SETTLE
+            self.settle()
+            return
         seq = next(self.seq)
         tag = f"w{seq}"
         now = self.fits(permits, priority)
