@@ -218,9 +218,9 @@ class RequestGuard:
         """Release when ``response`` is closed: after the last byte, streams included.
 
         A response that is not closable is no response Django sends: release
-        now.  Under ASGI, also release as soon as the request's task ends
-        cancelled (Django >= 5.0 cancels it when the client goes away, and a
-        response that has already left this guard is then dropped unclosed).
+        now.  Under ASGI, also release as soon as the request's task ends with
+        the response unclosed (when the client goes away, Django >= 5.0 drops
+        a response that has already left this guard without closing it).
         Any other response dropped without being closed stops the renewals
         when it is garbage-collected (see :mod:`django_semaphore.streaming`).
         """
@@ -248,7 +248,12 @@ class RequestGuard:
             task.add_done_callback(self._on_request_task_done)
 
     def _on_request_task_done(self, task: asyncio.Task[Any]) -> None:
-        # Only a cancelled task: one that ended normally handed the response
-        # on, and whoever sends it closes it (Django, after the last byte).
-        if task.cancelled() and not self.closed:
+        # The request's task has ended and the response was not closed: it was
+        # dropped.  Django 5.0-6.0 cancel their process_request task when the
+        # client leaves; 6.1 serves the request in the handler's own task under
+        # a TaskGroup, which absorbs the cancel (the task ends normally) and
+        # drops an unfinished response unclosed.  A response that was sent is
+        # done by then too (every byte went out inside this task), so giving
+        # back now is never early; a close that follows finds it given back.
+        if not self.closed:
             finish_soon(self.arelease())
