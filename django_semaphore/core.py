@@ -223,6 +223,32 @@ class Semaphore:
             return algorithm.acquire(*args)
         return algorithm.acquire(*args, permits=permits, priority=priority, max_waiters=config.max_waiters)
 
+    def _admission(
+        self,
+        config: SemaphoreConfig,
+        key: str | None,
+        started: float,
+        wait: float,
+        limit: int,
+        mode: str,
+        permits: int,
+        priority: int,
+    ) -> tuple[tuple[None, RetryAfter] | None, float, bool]:
+        """What is decided before Redis: (a refusal or None, the wait, dry run).
+
+        ValueError for bad ``permits``/``priority``; refused at once while paused
+        or when ``permits`` exceed the limit in force; a dry run never waits.
+        """
+        self._check_scheduling(config, limit, permits, priority)
+        dry_run = mode != "enforce"
+        if dry_run:
+            return None, 0, True
+        if limit == 0:
+            return self._paused(config, key, started), wait, False
+        if permits > limit:
+            return self._paused(config, key, started, "full"), wait, False
+        return None, wait, False
+
     def _paused(
         self, config: SemaphoreConfig, key: str | None, started: float, reason: str = "paused"
     ) -> tuple[None, RetryAfter]:
@@ -294,14 +320,9 @@ class Semaphore:
         config, wait, keys, identifier, meta_text = self._prepare(key, wait, meta)
         client = connection.get_client()
         limit, mode, _ = control.effective(config, client)  # the cache: no round trip
-        self._check_scheduling(config, limit, permits, priority)
-        dry_run = mode != "enforce"
-        if limit == 0 and not dry_run:
-            return self._paused(config, key, started)
-        if permits > limit and not dry_run:
-            return self._paused(config, key, started, "full")
-        if dry_run:
-            wait = 0
+        early, wait, dry_run = self._admission(config, key, started, wait, limit, mode, permits, priority)
+        if early is not None:
+            return early
         mark = recovery.freed_mark()
         try:
             op = self._operation(
@@ -344,14 +365,9 @@ class Semaphore:
         config, wait, keys, identifier, meta_text = self._prepare(key, wait, meta)
         client = connection.get_async_client()
         limit, mode, _ = await control.aeffective(config, client)  # the cache: no round trip
-        self._check_scheduling(config, limit, permits, priority)
-        dry_run = mode != "enforce"
-        if limit == 0 and not dry_run:
-            return self._paused(config, key, started)
-        if permits > limit and not dry_run:
-            return self._paused(config, key, started, "full")
-        if dry_run:
-            wait = 0
+        early, wait, dry_run = self._admission(config, key, started, wait, limit, mode, permits, priority)
+        if early is not None:
+            return early
         mark = recovery.freed_mark()
         try:
             op = self._operation(
