@@ -1,6 +1,6 @@
 """Reading the settings, lazily, and handing out the validated semaphores.
 
-:func:`setting` reads a SEMAPHORE_* setting (or its default) at each call.
+:func:`setting` reads a SEMAPHORE_* setting (or its default), remembered until it changes.
 :func:`validated` is the cached verdict of :func:`django_semaphore.validation.validate`
 on the current settings, and :func:`get_config` hands out one entry's
 :class:`~django_semaphore.validation.SemaphoreConfig` from it.  The cache is
@@ -36,9 +36,20 @@ DEFAULTS: dict[str, Any] = {
 ENGINE_CHECKS = frozenset({"django_semaphore.E014", "django_semaphore.E017"})
 
 
+_values: dict[str, Any] = {}
+
+
 def setting(name: str) -> Any:
-    """The current value of a SEMAPHORE_* setting, or its default."""
-    return getattr(settings, name, DEFAULTS[name])
+    """The current value of a SEMAPHORE_* setting, or its default.
+
+    Remembered until ``setting_changed`` says it changed: every acquire reads
+    a few, and Django's lazy settings object costs a little each time.
+    """
+    try:
+        return _values[name]
+    except KeyError:
+        value = _values[name] = getattr(settings, name, DEFAULTS[name])
+        return value
 
 
 def enabled() -> bool:
@@ -86,4 +97,5 @@ def check_global(ids: Iterable[str] = ENGINE_CHECKS) -> None:
 @receiver(setting_changed)
 def _clear_cache(*, setting: str, **kwargs: Any) -> None:
     if setting in DEFAULTS or setting == "CACHES":
+        _values.pop(setting, None)
         validated.cache_clear()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -25,15 +26,23 @@ from .exceptions import SemaphoreBackendError
 
 
 class LuaScript:
-    """A Lua source from ``scripts/``, run with EVALSHA and loaded on NOSCRIPT."""
+    """A Lua source from ``scripts/``, run with EVALSHA and loaded on NOSCRIPT.
 
-    _prelude: str | None = None
+    The source is the script after the definitions of ``_lib.lua`` that it
+    uses (directly or through another definition), in the prelude's order:
+    Redis runs the whole source on every call, so a definition the script
+    never uses would cost a closure per call for nothing.
+    """
+
+    _prelude: tuple[str, tuple[tuple[frozenset[str], str], ...]] | None = None
 
     def __init__(self, name: str) -> None:
         if LuaScript._prelude is None:
-            LuaScript._prelude = _read("_lib.lua")
+            LuaScript._prelude = split_prelude(_read("_lib.lua"))
+        header, definitions = LuaScript._prelude
+        body = _read(f"{name}.lua")
         self.name = name
-        self.source = LuaScript._prelude + _read(f"{name}.lua")
+        self.source = header + "".join(used_definitions(definitions, body)) + body
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def __repr__(self) -> str:
@@ -42,6 +51,69 @@ class LuaScript:
 
 def _read(filename: str) -> str:
     return resources.files("django_semaphore").joinpath("scripts").joinpath(filename).read_text("utf-8")
+
+
+_DEFINES = re.compile(r"^local (?:function )?([A-Za-z_]\w*)", re.MULTILINE)
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+def split_prelude(lib: str) -> tuple[str, tuple[tuple[frozenset[str], str], ...]]:
+    """``_lib.lua`` as (its header comment, its definitions): each definition is
+    the names it defines and its text (the comment above it included).
+
+    A definition is a top-level ``local NAME = ...`` line or a ``local
+    function NAME(...)`` block up to its ``end`` at the start of a line;
+    consecutive lines of one group (no blank line between them) stay together.
+    """
+    header: list[str] = []
+    definitions: list[tuple[frozenset[str], str]] = []
+    chunk: list[str] = []
+    in_function = False
+    for line in lib.splitlines(keepends=True):
+        chunk.append(line)
+        if line.startswith("local function "):
+            in_function = True
+        if in_function:
+            if line.rstrip() == "end":
+                in_function = False
+            continue
+        if line.strip():
+            continue
+        # A blank line outside a function ends a group.
+        text = "".join(chunk)
+        names = frozenset(_DEFINES.findall(text))
+        if names:
+            definitions.append((names, text))
+        elif not definitions:
+            header.append(text)
+        chunk = []
+    text = "".join(chunk)
+    names = frozenset(_DEFINES.findall(text))
+    if names:
+        definitions.append((names, text))
+    return "".join(header), tuple(definitions)
+
+
+def _words(text: str) -> set[str]:
+    """The identifiers of Lua ``text``, comments left out."""
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    return set(_WORD.findall(code))
+
+
+def used_definitions(definitions: tuple[tuple[frozenset[str], str], ...], body: str) -> list[str]:
+    """The texts of the ``definitions`` that ``body`` uses, directly or through one another,
+    in their order."""
+    needed = _words(body)
+    used = [False] * len(definitions)
+    changed = True
+    while changed:
+        changed = False
+        for i, (names, text) in enumerate(definitions):
+            if not used[i] and names & needed:
+                used[i] = True
+                needed |= _words(text)
+                changed = True
+    return [text for (_, text), keep in zip(definitions, used, strict=True) if keep]
 
 
 # The requests are plain slotted dataclasses, not frozen ones: one is built
@@ -60,10 +132,15 @@ class Script:
 
 @dataclass(slots=True)
 class Pipe:
-    """Send ``commands`` (tuples) in one round trip, as MULTI/EXEC if ``transaction``."""
+    """Send ``commands`` (tuples) in one round trip, as MULTI/EXEC if ``transaction``.
+
+    ``raise_on_error=False``: a command's error is its reply (the others' replies
+    are still read), instead of raising once every reply is in.
+    """
 
     commands: tuple[tuple[Any, ...], ...]
     transaction: bool = True
+    raise_on_error: bool = True
 
 
 @dataclass(slots=True)
@@ -139,7 +216,7 @@ def execute(client: Client, request: Request) -> Any:
         pipe = client.pipeline(transaction=request.transaction)
         for command in request.commands:
             pipe.execute_command(*command)
-        return pipe.execute()
+        return pipe.execute(raise_on_error=request.raise_on_error)
     if type(request) is Command:
         return client.execute_command(*request.args)
     if type(request) is Sleep:
@@ -162,7 +239,7 @@ async def aexecute(client: Client, request: Request) -> Any:
         pipe = client.pipeline(transaction=request.transaction)
         for command in request.commands:
             pipe.execute_command(*command)
-        return await pipe.execute()
+        return await pipe.execute(raise_on_error=request.raise_on_error)
     if type(request) is Command:
         return await client.execute_command(*request.args)
     if type(request) is Sleep:

@@ -26,9 +26,11 @@ The first four are sent with ``sender=Semaphore`` and the keyword ``semaphore``
 
 from django.dispatch import Signal
 
-acquired = Signal()
-refused = Signal()
-released = Signal()
-lease_lost = Signal()
-backend_failed = Signal()
-config_changed = Signal()
+# use_caching: the receivers are looked up once per sender (Semaphore, or
+# SemaphoreBackendError), not at every acquire and release.
+acquired = Signal(use_caching=True)
+refused = Signal(use_caching=True)
+released = Signal(use_caching=True)
+lease_lost = Signal(use_caching=True)
+backend_failed = Signal(use_caching=True)
+config_changed = Signal(use_caching=True)

@@ -67,3 +67,38 @@ async def test_script_flush_is_recovered_async(raw_redis):
     assert await first.arefresh() is True
     raw_redis.script_flush()
     assert await first.arelease() is True
+
+
+def test_each_script_carries_only_the_prelude_definitions_it_uses():
+    """Redis runs a script's whole source per call: unused prelude functions would cost
+    a closure each.  The split keeps every line of _lib.lua, and the definitions a script
+    uses only through another one (release -> wake -> wake_first) come along, in order."""
+    from django_semaphore.scripting import LuaScript, _read, split_prelude
+
+    lib = _read("_lib.lua")
+    header, definitions = split_prelude(lib)
+    assert header + "".join(text for _, text in definitions) == lib
+    defined = {name for names, _ in definitions for name in names}
+    assert {"server_ms", "wake", "wake_first", "keep_alive", "HOLD_SCALE"} <= defined
+
+    release = LuaScript("release").source
+    for needed in ("local function wake(", "local function wake_first(", "local function record_hold("):
+        assert needed in release
+    assert release.index("local function wake_first(") < release.index("local function wake(")
+    assert "local function keep_alive(" not in release
+    assert "local function hold_estimate(" not in release
+    # A script using nothing of the prelude gets its header only.
+    assert LuaScript("unlock").source.startswith(header)
+    assert "local function" not in LuaScript("unlock").source[len(header) :].split("\n", 1)[0]
+
+
+def test_trimmed_scripts_run(raw_redis):
+    """Every script still compiles and runs after the trim (a definition it needs but
+    lost would be a nil global: 'attempt to call a nil value')."""
+    sem = Semaphore("trim-run", limit=2, timeout=5)
+    lease = sem.acquire(meta={"a": 1})
+    assert lease is not None and lease.refresh()
+    assert [h.identifier for h in sem.holders()] == [lease.identifier]
+    assert sem.waiters() == []
+    assert sem.purge_expired() == 0
+    assert lease.release()

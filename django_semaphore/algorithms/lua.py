@@ -49,7 +49,7 @@ class Lua:
         once instead when that many wait.  ``dry_run`` admits over the limit,
         with the over-limit marker in the same reply (one round trip, as always)."""
         script_keys = keys.main + (keys.wake(identifier),) if ticket_ms else keys.main
-        args = (
+        args: tuple[Any, ...] = (
             limit,
             timeout_ms,
             identifier,
@@ -57,10 +57,10 @@ class Lua:
             ticket_ms,
             ticket,
             "1" if dry_run else "",
-            permits,
-            priority,
-            "" if max_waiters is None else max_waiters,
         )
+        if permits != 1 or priority != 0 or max_waiters is not None:
+            # The script's defaults otherwise: fewer arguments to send and parse.
+            args += (permits, priority, "" if max_waiters is None else max_waiters)
         reply = yield Script(ACQUIRE, script_keys, args)
         if reply[0] == 1:
             return Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, parse_slots(reply[5]))

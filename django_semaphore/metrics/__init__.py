@@ -54,7 +54,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 try:
     import prometheus_client
@@ -163,16 +163,48 @@ def _label(semaphore: Semaphore) -> str:
     return _printable(name)
 
 
+_printables: dict[str, str] = {}
+
+
 def _printable(name: str) -> str:
     # A label must be valid UTF-8: escape lone surrogates and the like.
-    return name.encode("utf-8", "backslashreplace").decode("utf-8")
+    try:
+        return _printables[name]
+    except KeyError:
+        label = name.encode("utf-8", "backslashreplace").decode("utf-8")
+        if len(_printables) < 10 * MAX_AD_HOC:  # bounded: ad-hoc names are made up at run time
+            _printables[name] = label
+        return label
+
+
+class _Hot(NamedTuple):
+    """The labelled series every acquire and release updates, looked up once per label."""
+
+    acquisitions: Any
+    waited: Any
+    releases: Any
+
+
+_hot: dict[str, _Hot] = {}
+
+
+def _hot_series(label: str) -> _Hot:
+    try:
+        return _hot[label]
+    except KeyError:
+        assert _metrics is not None
+        series = _Hot(
+            _metrics.acquisitions.labels(label),
+            _metrics.wait.labels(label, "acquired"),
+            _metrics.releases.labels(label),
+        )
+        return _hot.setdefault(label, series)
 
 
 def _on_acquired(sender: Any, semaphore: Semaphore, lease: Lease, waited: float, **kwargs: Any) -> None:
-    assert _metrics is not None
-    label = _label(semaphore)
-    _metrics.acquisitions.labels(label).inc()
-    _metrics.wait.labels(label, "acquired").observe(waited)
+    series = _hot_series(_label(semaphore))
+    series.acquisitions.inc()
+    series.waited.observe(waited)
 
 
 def _on_refused(
@@ -188,8 +220,7 @@ def _on_refused(
 
 
 def _on_released(sender: Any, semaphore: Semaphore, **kwargs: Any) -> None:
-    assert _metrics is not None
-    _metrics.releases.labels(_label(semaphore)).inc()
+    _hot_series(_label(semaphore)).releases.inc()
 
 
 def _on_lease_lost(sender: Any, semaphore: Semaphore, **kwargs: Any) -> None:

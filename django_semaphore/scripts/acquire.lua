@@ -4,7 +4,8 @@
 --       '1' for a dry run (MODE "dry_run"/"off": admit over the limit too),
 --       permits (1..limit), priority (an int: higher is served first),
 --       max waiters ('': unbounded; n: a caller that would have to queue
---       while n wait is refused at once).
+--       while n wait is refused at once); these last three may be left
+--       out (1 permit, priority 0, unbounded).
 -- KEYS[8] (a waiter: ticket ms > 0): the caller's own wake-up list.
 -- Returns {1, token, acquired_ms, expires_ms, over limit (1: a dry run admitted
 -- a caller enforcing would have refused; 0), slots "3,5"}, or when refused
