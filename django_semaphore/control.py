@@ -19,9 +19,19 @@ prefix not used for ``KEEP_POLLING`` seconds is dropped and read again at its
 next use.  When Redis fails, the last overrides known are kept, the failure is
 logged once per burst at WARNING, and the next tick tries again.
 
+The same HGETALL brings the state of each adaptive limit
+(:mod:`django_semaphore.adaptive`), kept in reserved fields of the same HASH,
+and the same pipeline first sends each adaptive semaphore's window of samples
+to its controller (one EVALSHA each, on the same key), so that a new adaptive
+limit is read in the tick that made it.
+
 The configuration in force (:class:`Effective`) is the override's limit and
-mode where set, the settings' otherwise; SEMAPHORE_ENABLED = False makes the
-mode "off" whatever else says.
+mode where set, the settings' otherwise; for an adaptive semaphore
+(ADAPTIVE), the limit without a limit override is the adaptive one (LIMIT
+clamped into [MIN, MAX] before its first update), ``source == "adaptive"``.
+``source`` is "override" whenever an override is in force (of the limit, the
+mode or both).  SEMAPHORE_ENABLED = False makes the mode "off" whatever else
+says.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from . import conf, connection, stats
+from . import adaptive, conf, connection, stats
 from .bursts import Bursts
 from .keys import control_key
 from .scripting import (
@@ -65,7 +75,7 @@ POLL_INTERVAL = 0.5  # seconds between two reads of the overrides
 KEEP_POLLING = 30.0  # seconds a prefix stays polled after its last use
 REPLICA_ACK_MS = 1000  # how long a write waits for a replica's acknowledgement
 THREAD_NAME = "django-semaphore-control"
-SOURCES = ("settings", "override", "adaptive")  # "adaptive": reserved
+SOURCES = ("settings", "override", "adaptive")
 
 CONTROL = LuaScript("control")
 
@@ -83,7 +93,9 @@ __all__ = [
 
 class Effective(NamedTuple):
     """The limit and mode in force, and where they come from (``source``:
-    ``"settings"`` or ``"override"``; ``"adaptive"`` is reserved)."""
+    ``"settings"``; ``"override"`` while an override of the limit or the mode is
+    in force; ``"adaptive"`` while the adaptive limit (ADAPTIVE) is, without an
+    override)."""
 
     limit: int
     mode: str
@@ -120,9 +132,15 @@ def parse(raw: Any) -> Override | None:
     return Override(limit, mode, at if isinstance(at, int) else 0, str(data.get("by") or ""))
 
 
-def resolve(config: SemaphoreConfig, override: Override | None) -> Effective:
-    """The :class:`Effective` configuration of ``config`` under ``override``."""
+def resolve(
+    config: SemaphoreConfig, override: Override | None, adaptive_limit: int | None = None
+) -> Effective:
+    """The :class:`Effective` configuration of ``config`` under ``override`` (and, for an
+    adaptive semaphore, the adaptive limit stored, None before the first update)."""
     limit, mode, source = config.limit, config.mode, "settings"
+    if config.adaptive is not None:
+        limit = config.adaptive.clamp(config.limit if adaptive_limit is None else adaptive_limit)
+        source = "adaptive"
     if override is not None:
         source = "override"
         if override.limit is not None:
@@ -148,13 +166,21 @@ def validate(limit: object, mode: object) -> None:
 # -- the per-process cache --------------------------------------------------------------
 
 
+class Snapshot(NamedTuple):
+    """What the control HASH of one prefix holds: the overrides, and the adaptive
+    limits (semaphore name -> limit)."""
+
+    overrides: dict[str, Override]
+    adaptive: dict[str, int]
+
+
 class _Table:
-    """The overrides of one prefix, as last read."""
+    """The overrides and adaptive limits of one prefix, as last read."""
 
-    __slots__ = ("overrides", "used", "read")
+    __slots__ = ("overrides", "adaptive", "used", "read")
 
-    def __init__(self, overrides: dict[str, Override], read: bool = True) -> None:
-        self.overrides = overrides
+    def __init__(self, snapshot: Snapshot, read: bool = True) -> None:
+        self.overrides, self.adaptive = snapshot
         self.used = time.monotonic()
         self.read = read  # False: not read from Redis yet (the poller will)
 
@@ -163,13 +189,22 @@ def _decode(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _table_from(reply: Any) -> dict[str, Override]:
+def _table_from(reply: Any) -> Snapshot:
     overrides: dict[str, Override] = {}
+    limits: dict[str, int] = {}
     for field, raw in (reply or {}).items():
+        if isinstance(field, bytes) and field.startswith(adaptive.FIELD_PREFIX):
+            limit = adaptive.limit_from(raw)
+            if limit is not None:
+                limits[_decode(field[len(adaptive.FIELD_PREFIX) :])] = limit
+            continue
         override = parse(raw)
         if override is not None:
             overrides[_decode(field)] = override
-    return overrides
+    return Snapshot(overrides, limits)
+
+
+_EMPTY = Snapshot({}, {})
 
 
 class Cache:
@@ -192,34 +227,37 @@ class Cache:
             self._lock = threading.Lock()
             self._reset()
 
-    def lookup(self, prefix: str, name: str) -> tuple[bool, Override | None]:
-        """(known, override): ``known`` is False when ``prefix`` has not been read yet."""
+    def lookup(self, prefix: str, name: str) -> tuple[bool, Override | None, int | None]:
+        """(known, override, adaptive limit): ``known`` is False when ``prefix`` has
+        not been read yet."""
         self._check_fork()
         table = self._tables.get(prefix)
         if table is None:
-            return False, None
+            return False, None, None
         table.used = time.monotonic()
-        return table.read, table.overrides.get(name)
+        return table.read, table.overrides.get(name), table.adaptive.get(name)
 
     def watch(self, prefix: str) -> None:
         """Poll ``prefix`` from now on (its first read is the thread's)."""
         self._check_fork()
         with self._lock:
             if prefix not in self._tables:
-                self._tables[prefix] = _Table({}, read=False)
+                self._tables[prefix] = _Table(_EMPTY, read=False)
         self._ensure_thread()
 
-    def store(self, prefix: str, overrides: dict[str, Override], generation: int | None = None) -> None:
-        """Replace the overrides of ``prefix`` (unless the cache was cleared since ``generation``)."""
+    def store(self, prefix: str, snapshot: Snapshot, generation: int | None = None) -> None:
+        """Replace the overrides and adaptive limits of ``prefix`` (unless the cache was
+        cleared since ``generation``)."""
         self._check_fork()
         with self._lock:
             if generation is not None and generation != self._generation:
                 return
             table = self._tables.get(prefix)
             if table is None:
-                self._tables[prefix] = _Table(overrides)
+                self._tables[prefix] = _Table(snapshot)
             else:
-                table.overrides, table.read = overrides, True
+                table.overrides, table.adaptive = snapshot
+                table.read = True
         self._ensure_thread()
 
     def update(self, prefix: str, name: str, override: Override | None) -> None:
@@ -275,11 +313,15 @@ class Cache:
             return list(self._tables)
 
     def tick(self) -> None:
-        """One poll: read the overrides of every prefix in use, and flush the stats."""
+        """One poll: send the adaptive windows, read the overrides and adaptive limits
+        of every prefix in use, and flush the stats, in one pipeline."""
         generation = self._generation
         prefixes = self._active()
+        windows = adaptive.drain()
         pending = stats.drain()
-        commands = tuple(("HGETALL", control_key(p)) for p in prefixes) + pending.commands
+        reads = tuple(("HGETALL", control_key(p)) for p in prefixes)
+        # The windows first: a limit they change is read in this same tick.
+        commands = windows.commands + reads + pending.commands
         if not commands:
             self.ticks += 1
             return
@@ -290,20 +332,33 @@ class Cache:
             # metrics count callers' failures); it logs once per burst below.
             client = connection.get_client()
             server = f"Redis at {connection.server_name(client)}"
-            replies = execute(client, Pipe(commands, transaction=False))
+            # A command's error is its reply: a window refused with NOSCRIPT
+            # must not make the stats flushed with it count twice.
+            replies = execute(client, Pipe(commands, transaction=False, raise_on_error=False))
+            # A command's error (the reply in its place): the first is reported
+            # as the poll's failure; a window whose call failed is sent again.
+            error = next((r for r in replies[len(windows.commands) :] if isinstance(r, Exception)), None)
         except Exception as exc:
+            windows.settle(None)
             pending.restore()
+            replies, error = None, exc
+        if replies is not None:
+            windows.settle(replies[: len(windows.commands)])
+        if error is not None:
             if self._failures.event("poll") is not None:
                 logger.warning(
                     "django-semaphore: could not read the runtime overrides: %s failed: %s: %s",
                     server,
-                    type(exc).__name__,
-                    exc,
+                    type(error).__name__,
+                    error,
                 )
-            self.ticks += 1
-            return
-        self._failures.end()
-        for prefix, reply in zip(prefixes, replies, strict=False):
+            if replies is None:
+                self.ticks += 1
+                return
+        else:
+            self._failures.end()
+        assert replies is not None
+        for prefix, reply in zip(prefixes, replies[len(windows.commands) :], strict=False):
             if isinstance(reply, Exception):
                 continue
             self.store(prefix, _table_from(reply), generation)
@@ -323,6 +378,7 @@ def _forget_other_servers(*, setting: str, **kwargs: Any) -> None:
     if setting in ("SEMAPHORE_REDIS", "CACHES"):
         _cache.clear()
         stats.drain()  # counted against the other server: not flushed to this one
+        adaptive.forget()
 
 
 def _prefix() -> str:
@@ -330,7 +386,7 @@ def _prefix() -> str:
     return prefix
 
 
-def _read(prefix: str) -> Operation[dict[str, Override]]:
+def _read(prefix: str) -> Operation[Snapshot]:
     reply = yield Command(("HGETALL", control_key(prefix)))
     return _table_from(reply)
 
@@ -343,10 +399,12 @@ def cached(config: SemaphoreConfig) -> Effective:
     without touching Redis).
     """
     prefix = _prefix()
-    known, override = _cache.lookup(prefix, config.name)
+    known, override, adaptive_limit = _cache.lookup(prefix, config.name)
     if not known:
         _cache.watch(prefix)
-    return resolve(config, override)
+    if config.adaptive is not None:
+        adaptive.watch(prefix, config)
+    return resolve(config, override, adaptive_limit)
 
 
 def effective(config: SemaphoreConfig, client: Client | None = None) -> Effective:
@@ -357,34 +415,39 @@ def effective(config: SemaphoreConfig, client: Client | None = None) -> Effectiv
     same time), and the next call reads again.
     """
     prefix = _prefix()
-    known, override = _cache.lookup(prefix, config.name)
+    known, override, adaptive_limit = _cache.lookup(prefix, config.name)
     if not known:
         generation = _cache.generation
-        overrides = run(client or connection.get_client(), _read(prefix))
-        _cache.store(prefix, overrides, generation)
-        override = overrides.get(config.name)
-    return resolve(config, override)
+        snapshot = run(client or connection.get_client(), _read(prefix))
+        _cache.store(prefix, snapshot, generation)
+        override, adaptive_limit = snapshot.overrides.get(config.name), snapshot.adaptive.get(config.name)
+    if config.adaptive is not None:
+        adaptive.watch(prefix, config)
+    return resolve(config, override, adaptive_limit)
 
 
 async def aeffective(config: SemaphoreConfig, client: Client | None = None) -> Effective:
     """The asyncio twin of :func:`effective` (the first read on the asyncio client)."""
     prefix = _prefix()
-    known, override = _cache.lookup(prefix, config.name)
+    known, override, adaptive_limit = _cache.lookup(prefix, config.name)
     if not known:
         generation = _cache.generation
-        overrides = await arun(client or connection.get_async_client(), _read(prefix))
-        _cache.store(prefix, overrides, generation)
-        override = overrides.get(config.name)
-    return resolve(config, override)
+        snapshot = await arun(client or connection.get_async_client(), _read(prefix))
+        _cache.store(prefix, snapshot, generation)
+        override, adaptive_limit = snapshot.overrides.get(config.name), snapshot.adaptive.get(config.name)
+    if config.adaptive is not None:
+        adaptive.watch(prefix, config)
+    return resolve(config, override, adaptive_limit)
 
 
 def fresh(config: SemaphoreConfig) -> Operation[Effective]:
-    """Read the overrides of ``config``'s prefix from Redis now (and update the cache)."""
+    """Read the overrides (and adaptive limits) of ``config``'s prefix from Redis now
+    (and update the cache)."""
     prefix = _prefix()
     generation = _cache.generation
-    overrides = yield from _read(prefix)
-    _cache.store(prefix, overrides, generation)
-    return resolve(config, overrides.get(config.name))
+    snapshot = yield from _read(prefix)
+    _cache.store(prefix, snapshot, generation)
+    return resolve(config, snapshot.overrides.get(config.name), snapshot.adaptive.get(config.name))
 
 
 # -- writing --------------------------------------------------------------------------
@@ -428,7 +491,11 @@ def write(
         if isinstance(info, dict) and int(info.get("connected_slaves", 0) or 0) > 0:
             yield Command(("WAIT", 1, REPLICA_ACK_MS))
     _cache.update(prefix, config.name, override)
-    return resolve(config, override)
+    adaptive_limit = None
+    if config.adaptive is not None:  # the limit in force after clearing a limit override
+        state = yield from adaptive.read_state(prefix, config.name)
+        adaptive_limit = None if state is None else state.limit
+    return resolve(config, override, adaptive_limit)
 
 
 def set_override(
@@ -449,7 +516,8 @@ async def aset_override(
 
 def overrides() -> Operation[dict[str, Override]]:
     """Every override stored under the current prefix, read from Redis now."""
-    return _read(_prefix())
+    snapshot = yield from _read(_prefix())
+    return snapshot.overrides
 
 
 def limit_of(config: SemaphoreConfig) -> Callable[[], int]:

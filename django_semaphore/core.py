@@ -10,6 +10,7 @@ both run the same operations (:mod:`~django_semaphore.scripting`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -17,7 +18,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import conf, connection, control, discovery, handoff, inspection, recovery, signals, stats, waiting
+from . import (
+    adaptive,
+    conf,
+    connection,
+    control,
+    discovery,
+    handoff,
+    inspection,
+    recovery,
+    signals,
+    stats,
+    waiting,
+)
 from .algorithms import ALGORITHMS, Algorithm, Granted, Outcome
 from .algorithms.base import retry_after_seconds
 from .control import Effective
@@ -93,6 +106,7 @@ class Semaphore:
         max_waiters: int | None = None,
         permits: int = 1,
         priority: int = 0,
+        adaptive: dict[str, Any] | None = None,
     ) -> None:
         self.name = name
         self._config: SemaphoreConfig | None
@@ -111,6 +125,7 @@ class Semaphore:
                 ("MAX_WAITERS", max_waiters, None),
                 ("PERMITS", permits, 1),
                 ("PRIORITY", priority, 0),
+                ("ADAPTIVE", adaptive, None),
             ):
                 if value != default:
                     entry[option] = value
@@ -209,6 +224,11 @@ class Semaphore:
         if dry_run:
             return algorithm.acquire(*args, dry_run=True, permits=permits, priority=priority)
         if wait > 0:
+            queued = None
+            if config.adaptive is not None:  # a caller that has to queue is pressure on the limit
+                queued = functools.partial(
+                    adaptive.record_pressure, conf.setting("SEMAPHORE_KEY_PREFIX"), config.name
+                )
             return waiting.wait_ops(
                 algorithm,
                 *args,
@@ -218,6 +238,7 @@ class Semaphore:
                 permits=permits,
                 priority=priority,
                 max_waiters=config.max_waiters,
+                on_queued=queued,
             )
         if permits == 1 and priority == 0 and config.max_waiters is None:
             return algorithm.acquire(*args)
@@ -517,7 +538,8 @@ class Semaphore:
 
     def effective(self, *, fresh: bool = False) -> Effective:
         """The limit and mode in force in this process, and their ``source``
-        ("settings" or "override"): an :class:`~django_semaphore.control.Effective`.
+        ("settings", "override", or "adaptive" for the limit of ADAPTIVE without
+        an override): an :class:`~django_semaphore.control.Effective`.
 
         From this process's cache of the overrides (every process applies a
         change within a second); ``fresh=True`` reads Redis now.

@@ -19,8 +19,10 @@ braces: each is its own cluster slot, and no partition SCAN pattern matches
 them):
 
 * ``<prefix>:control`` (:func:`control_key`): a HASH of the runtime overrides,
-  semaphore name -> JSON (:mod:`django_semaphore.control`).  It is
-  configuration, not a partition: it has no TTL.
+  semaphore name -> JSON (:mod:`django_semaphore.control`), and of the
+  adaptive limits' state, in fields ``b"\xffa:" + name`` that no name sent as
+  UTF-8 can be (:mod:`django_semaphore.adaptive`).  It is configuration, not a
+  partition: it has no TTL.
 * ``<prefix>:stats:<name hash>:c`` and ``...:h`` (:func:`stats_keys`): the
   recent refusals (a HASH of 10-second buckets) and hold times (a LIST) of one
   semaphore (:mod:`django_semaphore.stats`), with a TTL of a few minutes.

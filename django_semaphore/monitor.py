@@ -20,7 +20,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from . import conf, connection, discovery, inspection, partitions, stats
+from . import adaptive, conf, connection, discovery, inspection, partitions, stats
 from .algorithms import ALGORITHMS, Algorithm
 from .control import Effective
 from .core import Semaphore, semaphores
@@ -116,10 +116,12 @@ class SemaphoreView:
     hidden: int = 0  # partitions not read (beyond MAX_PARTITIONS)
     error: str = ""
     mode: str = ""  # the mode in force
-    source: str = ""  # where limit and mode come from: "settings" or "override"
+    source: str = ""  # where the limit comes from: "settings", "override" or "adaptive"
     settings_limit: int = 0  # LIMIT and MODE as settings have them
     settings_mode: str = ""
     recent: Recent | None = None  # the last five minutes, every process
+    adaptive_bounds: tuple[int, int] | None = None  # ADAPTIVE's (MIN, MAX); None: not adaptive
+    adaptive: adaptive.State | None = None  # the controller's state (None before its first window)
 
     @property
     def in_use(self) -> int:
@@ -146,6 +148,31 @@ class SemaphoreView:
     def hold_p95(self) -> str:
         return format_seconds(self.recent.hold_p95 if self.recent else None)
 
+    @property
+    def adaptive_baseline(self) -> str:
+        """The controller's baseline (uncontended) hold time, for display ("" before a probe)."""
+        state = self.adaptive
+        return format_seconds(state.baseline_ms / 1000) if state and state.baseline_ms > 0 else ""
+
+    @property
+    def adaptive_mean(self) -> str:
+        """The mean hold of the controller's last window, for display."""
+        state = self.adaptive
+        return format_seconds(state.mean_ms / 1000) if state and state.mean_ms > 0 else ""
+
+    def adaptive_dict(self) -> dict[str, Any] | None:
+        if self.adaptive_bounds is None:
+            return None
+        state = self.adaptive
+        return {
+            "min": self.adaptive_bounds[0],
+            "max": self.adaptive_bounds[1],
+            "limit": state.limit if state else None,
+            "baseline_ms": state.baseline_ms if state else None,
+            "mean_ms": state.mean_ms if state else None,
+            "probing": state.probing if state else False,
+        }
+
     def as_dict(self, now: datetime.datetime | None = None, holders: bool = False) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -159,6 +186,7 @@ class SemaphoreView:
             "error": self.error,
             "waiting": self.waiting,
             "recent": recent_dict(self.recent),
+            "adaptive": self.adaptive_dict(),
             "hidden_partitions": self.hidden,
             "partitions": [p.as_dict(now, holders) for p in self.partitions],
         }
@@ -328,6 +356,10 @@ def read_semaphore(
     effective = sem.effective()
     view.limit, view.mode, view.source = effective.limit, effective.mode, effective.source
     view.recent = stats.recent(sem)
+    if config.adaptive is not None:
+        view.adaptive_bounds = (config.adaptive.min, config.adaptive.max)
+        prefix = conf.setting("SEMAPHORE_KEY_PREFIX")
+        view.adaptive = run(connection.get_client(), adaptive.read_state(prefix, name))
     return view
 
 

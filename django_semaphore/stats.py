@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from . import conf, connection
+from . import adaptive, conf, connection
 from .keys import stats_keys
 from .scripting import Operation, Pipe, arun, run
 
@@ -80,8 +80,8 @@ def bucket_of(now: float | None = None) -> int:
     return int((time.time() if now is None else now) // BUCKET)
 
 
-def _counts(name: str, prefix: str | None) -> _Counts:
-    key = (prefix or conf.setting("SEMAPHORE_KEY_PREFIX"), name)
+def _counts(name: str, prefix: str) -> _Counts:
+    key = (prefix, name)
     counts = _pending.get(key)
     if counts is None:
         counts = _pending[key] = _Counts()
@@ -91,8 +91,11 @@ def _counts(name: str, prefix: str | None) -> _Counts:
 def record_refusal(
     name: str, dry_run: bool = False, now: float | None = None, prefix: str | None = None
 ) -> None:
-    """Count one refusal (``dry_run``: one would-be refusal) of semaphore ``name``."""
+    """Count one refusal (``dry_run``: one would-be refusal) of semaphore ``name``
+    (for an adaptive semaphore, also pressure: :mod:`django_semaphore.adaptive`)."""
     bucket = bucket_of(now)
+    prefix = prefix or conf.setting("SEMAPHORE_KEY_PREFIX")
+    adaptive.record_pressure(prefix, name)
     with _lock:
         counts = _counts(name, prefix)
         table = counts.dry_run if dry_run else counts.refused
@@ -100,8 +103,11 @@ def record_refusal(
 
 
 def record_hold(name: str, seconds: float, now: float | None = None, prefix: str | None = None) -> None:
-    """Keep one hold time (seconds a released lease was held) of semaphore ``name``."""
+    """Keep one hold time (seconds a released lease was held) of semaphore ``name``
+    (for an adaptive semaphore, also a sample of its window: :mod:`django_semaphore.adaptive`)."""
     bucket = bucket_of(now)
+    prefix = prefix or conf.setting("SEMAPHORE_KEY_PREFIX")
+    adaptive.record_hold(prefix, name, seconds)
     with _lock:
         holds = _counts(name, prefix).holds
         holds.append((bucket, max(0.0, seconds)))

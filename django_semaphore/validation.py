@@ -12,6 +12,7 @@ bad entry is used anyway, so all three carry the same words.
 
 from __future__ import annotations
 
+import math
 import numbers
 import re
 from collections.abc import Callable, Collection, Mapping
@@ -43,6 +44,7 @@ ENTRY_DEFAULTS: dict[str, Any] = {
     "MAX_WAITERS": None,
     "PERMITS": 1,
     "PRIORITY": 0,
+    "ADAPTIVE": None,
 }
 ENTRY_OPTIONS = frozenset(ENTRY_DEFAULTS) | {"LIMIT"}
 
@@ -56,6 +58,14 @@ SCHEDULING = ("lua",)
 NAMED_KEYS: dict[str, KeyFunc] = {"ip": partitions.by_ip, "user": partitions.by_user}
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 MAX_PREFIX_LENGTH = 64
+#: The optional keys of an ADAPTIVE dict and their defaults (MIN and MAX are required).
+ADAPTIVE_DEFAULTS: dict[str, Any] = {
+    "INTERVAL": 1.0,
+    "TOLERANCE": 1.25,
+    "MIN_SAMPLES": 10,
+    "PROBE_INTERVAL": 60.0,
+}
+ADAPTIVE_OPTIONS = ("MIN", "MAX", *ADAPTIVE_DEFAULTS)
 _PREFIX_FORBIDDEN = re.compile(r"[{}\s*?\[\]\\]")
 
 # An entry without LIMIT (a LIMIT of None is reported differently).
@@ -76,6 +86,23 @@ class Problem:
         return ImproperlyConfigured(f"{self.msg} HINT: {self.hint} ({self.id})")
 
 
+@dataclass(frozen=True, slots=True)
+class AdaptiveConfig:
+    """A validated ADAPTIVE setting: the bounds and knobs of the adaptive limit
+    (:mod:`django_semaphore.adaptive`)."""
+
+    min: int
+    max: int
+    interval: float = ADAPTIVE_DEFAULTS["INTERVAL"]  # seconds between two updates
+    tolerance: float = ADAPTIVE_DEFAULTS["TOLERANCE"]  # mean hold / baseline allowed before shrinking
+    min_samples: int = ADAPTIVE_DEFAULTS["MIN_SAMPLES"]  # holds a window needs for an update
+    probe_interval: float = ADAPTIVE_DEFAULTS["PROBE_INTERVAL"]  # seconds between two baseline probes
+
+    def clamp(self, limit: int) -> int:
+        """``limit`` brought into [MIN, MAX]."""
+        return max(self.min, min(self.max, limit))
+
+
 @dataclass(frozen=True)
 class SemaphoreConfig:
     """One validated semaphore: what the engine and the web layer act on."""
@@ -94,6 +121,7 @@ class SemaphoreConfig:
     max_waiters: int | None = None  # None: an unbounded queue
     permits: PerRequest = 1  # an int, or a callable (request) -> int
     priority: PerRequest = 0  # an int, or a callable (request) -> int
+    adaptive: AdaptiveConfig | None = None  # None: the limit is LIMIT (or an override's)
 
     @property
     def timeout_ms(self) -> int:
@@ -449,13 +477,112 @@ def validate_max_waiters(entry: str, value: object) -> Checked[int | None]:
     ]
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _adaptive_type_problems(entry: str, value: Mapping[Any, Any]) -> list[Problem]:
+    """E024's findings inside an ADAPTIVE dict: unknown, missing and mistyped keys."""
+    where_ = f"{entry}['ADAPTIVE']"
+    found: list[str] = []
+    unknown = sorted(str(k) for k in value if k not in ADAPTIVE_OPTIONS)
+    if unknown:
+        found.append(f"has unknown key(s) {', '.join(unknown)}")
+    for option in ("MIN", "MAX"):
+        if option not in value:
+            found.append(f"has no {option}")
+        elif not _is_int(value[option]):
+            found.append(f"has {option} {value[option]!r}, not an int")
+    interval = value.get("INTERVAL", ADAPTIVE_DEFAULTS["INTERVAL"])
+    if not (_is_number(interval) and math.isfinite(interval) and interval > 0):
+        found.append(f"has INTERVAL {interval!r}, not a positive number of seconds")
+    tolerance = value.get("TOLERANCE", ADAPTIVE_DEFAULTS["TOLERANCE"])
+    if not (_is_number(tolerance) and math.isfinite(tolerance) and tolerance > 1):
+        found.append(f"has TOLERANCE {tolerance!r}, not a number > 1")
+    min_samples = value.get("MIN_SAMPLES", ADAPTIVE_DEFAULTS["MIN_SAMPLES"])
+    if not (_is_int(min_samples) and min_samples >= 1):
+        found.append(f"has MIN_SAMPLES {min_samples!r}, not an int >= 1")
+    probe = value.get("PROBE_INTERVAL", ADAPTIVE_DEFAULTS["PROBE_INTERVAL"])
+    if not (_is_number(probe) and math.isfinite(probe) and probe >= 0):
+        found.append(f"has PROBE_INTERVAL {probe!r}, not a number of seconds >= 0")
+    if not found:
+        return []
+    return [
+        Problem(
+            "django_semaphore.E024",
+            f"{where_} {'; '.join(found)}.",
+            "Write ADAPTIVE as {'MIN': 1, 'MAX': 64} (ints), optionally with INTERVAL (seconds > 0, "
+            "default 1.0), TOLERANCE (> 1, default 1.25), MIN_SAMPLES (int >= 1, default 10) and "
+            "PROBE_INTERVAL (seconds >= 0, default 60; 0: no periodic probe).",
+        )
+    ]
+
+
+def validate_adaptive(entry: str, value: object, limit: int | None) -> Checked[AdaptiveConfig | None]:
+    """E024: ADAPTIVE, None or a dict of MIN, MAX (ints), INTERVAL, TOLERANCE, MIN_SAMPLES,
+    PROBE_INTERVAL;
+    E025: MIN above MAX; E026: MIN or MAX below 1; W005: LIMIT outside [MIN, MAX]."""
+    if value is None:
+        return None, []
+    if not isinstance(value, dict):
+        return None, [
+            Problem(
+                "django_semaphore.E024",
+                f"{entry}['ADAPTIVE'] is {value!r}; it must be None or a dict.",
+                "Write ADAPTIVE as {'MIN': 1, 'MAX': 64}, or None for a fixed LIMIT.",
+            )
+        ]
+    problems = _adaptive_type_problems(entry, value)
+    if problems:
+        return None, problems
+    low, high = value["MIN"], value["MAX"]
+    if low < 1 or high < 1:
+        return None, [
+            Problem(
+                "django_semaphore.E026",
+                f"{entry}['ADAPTIVE'] has MIN {low!r} and MAX {high!r}; both must be >= 1.",
+                "The adaptive limit never goes below MIN: use at least 1 (an override of limit 0 "
+                "pauses a semaphore).",
+            )
+        ]
+    if low > high:
+        return None, [
+            Problem(
+                "django_semaphore.E025",
+                f"{entry}['ADAPTIVE'] has MIN {low!r} above MAX {high!r}.",
+                "Set MIN to the lowest limit the adaptive limit may reach and MAX to the highest "
+                "(MIN <= MAX).",
+            )
+        ]
+    config = AdaptiveConfig(
+        low,
+        high,
+        float(value.get("INTERVAL", ADAPTIVE_DEFAULTS["INTERVAL"])),
+        float(value.get("TOLERANCE", ADAPTIVE_DEFAULTS["TOLERANCE"])),
+        value.get("MIN_SAMPLES", ADAPTIVE_DEFAULTS["MIN_SAMPLES"]),
+        float(value.get("PROBE_INTERVAL", ADAPTIVE_DEFAULTS["PROBE_INTERVAL"])),
+    )
+    if limit is not None and not low <= limit <= high:
+        return config, [
+            Problem(
+                "django_semaphore.W005",
+                f"{entry} has LIMIT {limit}, outside ADAPTIVE's [{low}, {high}]: the adaptive "
+                f"limit starts at {config.clamp(limit)}.",
+                "Set LIMIT (the starting point of the adaptive limit) between MIN and MAX.",
+                warning=True,
+            )
+        ]
+    return config, []
+
+
 def validate_scheduling(entry: str, algorithm: str, raw: Mapping[object, object]) -> list[Problem]:
-    """E023: PERMITS other than 1, PRIORITY or MAX_WAITERS with an algorithm that has no scheduling."""
+    """E023: PERMITS other than 1, PRIORITY, MAX_WAITERS or ADAPTIVE with an algorithm that has
+    no scheduling."""
     if algorithm in SCHEDULING:
         return []
     used = [
         option
-        for option, default in (("PERMITS", 1), ("PRIORITY", 0), ("MAX_WAITERS", None))
+        for option, default in (("PERMITS", 1), ("PRIORITY", 0), ("MAX_WAITERS", None), ("ADAPTIVE", None))
         if option in raw and raw[option] != default
     ]
     if not used:
@@ -464,7 +591,8 @@ def validate_scheduling(entry: str, algorithm: str, raw: Mapping[object, object]
         Problem(
             "django_semaphore.E023",
             f"{entry} sets {', '.join(used)}, which ALGORITHM {algorithm!r} does not support.",
-            "Permits, priorities, MAX_WAITERS and slot numbers belong to the default ALGORITHM 'lua': "
+            "Permits, priorities, MAX_WAITERS, slot numbers and the adaptive limit belong to the "
+            "default ALGORITHM 'lua': "
             "use it, or remove these options.",
         )
     ]
@@ -475,8 +603,8 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
 
     The problems, warnings included, come in a fixed order: unknown options,
     then LIMIT, TIMEOUT, WAIT, ALGORITHM, KEY, AUTO_REFRESH, PATHS, URL_NAMES,
-    METHODS, MODE, MAX_WAITERS, PERMITS, PRIORITY and the algorithm's support
-    for the last three (the order the system checks list them in).
+    METHODS, MODE, MAX_WAITERS, PERMITS, PRIORITY, ADAPTIVE and the algorithm's
+    support for the last four (the order the system checks list them in).
     """
     entry = where(name)
     shape = validate_shape(name, raw)
@@ -497,6 +625,7 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
     max_waiters = _collect(problems, validate_max_waiters(entry, opts["MAX_WAITERS"]))
     permits = _collect(problems, validate_permits(entry, opts["PERMITS"], limit))
     priority = _collect(problems, validate_priority(entry, opts["PRIORITY"]))
+    adaptive = _collect(problems, validate_adaptive(entry, opts["ADAPTIVE"], limit))
     problems.extend(validate_scheduling(entry, algorithm, raw))
     if limit is None or any(not p.warning for p in problems):
         return None, problems
@@ -515,6 +644,7 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
         max_waiters=max_waiters,
         permits=permits,
         priority=priority,
+        adaptive=adaptive,
     )
     return config, problems
 

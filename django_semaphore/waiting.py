@@ -73,6 +73,7 @@ def wait_ops(
     permits: int = 1,
     priority: int = 0,
     max_waiters: int | None = None,
+    on_queued: Callable[[], None] | None = None,
 ) -> Operation[Outcome]:
     """One acquire that may wait ``wait`` seconds, as a generator of requests;
     returns the last outcome.  ``client`` is the one the operation runs on
@@ -81,7 +82,8 @@ def wait_ops(
     waits); without it, ``limit`` throughout.  ``permits``, ``priority`` and
     ``max_waiters`` as for :meth:`Algorithm.acquire
     <django_semaphore.algorithms.base.Algorithm.acquire>`; a caller refused
-    because the queue is full returns at once."""
+    because the queue is full returns at once.  ``on_queued`` is called once,
+    before the first wait (the caller had to queue)."""
     deadline = time.monotonic() + wait
     ticket_ms = TICKET_MS if algorithm.queues else 0
     ticket = ""  # our place in the queue, once we have one
@@ -108,6 +110,9 @@ def wait_ops(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
+        if on_queued is not None:
+            on_queued()
+            on_queued = None
         if algorithm.queues:
             timeout = _block_for(client, remaining, outcome, limit)
             yield Command(("BLPOP", keys.wake(identifier), timeout))

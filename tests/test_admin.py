@@ -5,6 +5,7 @@ Chromium; these cover permissions, JSON, LogEntry and error paths fast, and
 SemaphoreAdmin registered on an AdminSite of one's own.
 """
 
+import json
 import os
 import threading
 import time
@@ -16,10 +17,11 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.urls import path, reverse
 
-from django_semaphore import semaphores
+from django_semaphore import adaptive, conf, connection, semaphores
 from django_semaphore.admin import SemaphoreAdmin
-from django_semaphore.keys import key_hash
+from django_semaphore.keys import control_key, key_hash
 from django_semaphore.models import Semaphore
+from django_semaphore.scripting import run
 from tests.helpers import wait_until_expired
 
 LIST_URL = "/admin/django_semaphore/semaphore/"
@@ -564,3 +566,58 @@ def test_permits_slots_and_waiters_in_serving_order(client, viewer, settings):
     assert len(got) == 2 and all(got)
     for lease in got:
         lease.release()
+
+
+def test_an_adaptive_limit_is_shown_as_such(client, changer, settings):
+    """The page says where the limit in force comes from: "adaptive" while the controller
+    drives it, "override" once an operator sets one, and "adaptive" again after a clear."""
+    settings.SEMAPHORES = {
+        **SEMAPHORES,
+        "elastic": {"LIMIT": 3, "TIMEOUT": 30, "ADAPTIVE": {"MIN": 1, "MAX": 8}},
+    }
+    elastic = semaphores["elastic"]
+    client.force_login(changer)
+
+    def source():
+        html = client.get(LIST_URL + "elastic/").content.decode()
+        start = html.index('class="sema-source"')
+        return html[start : html.index("</dd>", start)]
+
+    assert elastic.effective().source == "adaptive"
+    assert "sema-tag-adaptive" in source() and "adaptive" in source()
+    page = client.get(LIST_URL + "elastic/").content.decode()
+    assert "between 1 and 8" in page and "baseline hold" not in page  # nothing measured yet
+    prefix = conf.setting("SEMAPHORE_KEY_PREFIX")
+    step = run(connection.get_client(), adaptive.adapt(prefix, elastic.config, 10 * 42.0, 10, 0))
+    assert step.status == "interval"  # the controller's first window: the state exists
+    data = client.get(LIST_URL + "elastic/status.json").json()
+    assert data["adaptive"] == {
+        "min": 1,
+        "max": 8,
+        "limit": 3,
+        "baseline_ms": 0,
+        "mean_ms": 0,
+        "probing": False,
+    }
+    # The controller in a probe, having measured a baseline before (its state as stored).
+    state = {
+        "limit": 3,
+        "base": 20.0,
+        "mean": 25.0,
+        "dir": -1,
+        "at": 1,
+        "n": 0,
+        "p": 0,
+        "settle": 1,
+        "probe": 1,
+    }
+    connection.get_client().hset(control_key(prefix), adaptive.state_field("elastic"), json.dumps(state))
+    page = client.get(LIST_URL + "elastic/").content.decode()
+    assert "baseline hold 20 ms, last window 25 ms" in page and "probing" in page
+    assert 'data-source="adaptive"' in client.get(LIST_URL).content.decode()
+    elastic.override(limit=2)
+    try:
+        assert "sema-tag-override" in source() and "sema-tag-adaptive" not in source()
+    finally:
+        elastic.clear_override()
+    assert "sema-tag-adaptive" in source()

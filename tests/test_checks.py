@@ -67,6 +67,19 @@ ENTRY_CASES = [
     ("E023", entry(ALGORITHM="fair_locked", PERMITS=2)),
     ("E023", entry(ALGORITHM="fair_locked", PRIORITY=1)),
     ("E023", entry(ALGORITHM="fair_locked", MAX_WAITERS=0)),
+    ("E023", entry(ALGORITHM="fair_locked", ADAPTIVE={"MIN": 1, "MAX": 4})),
+    ("E024", entry(ADAPTIVE=5)),
+    ("E024", entry(ADAPTIVE={"MIN": 1})),
+    ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "STEP": 2})),
+    ("E024", entry(ADAPTIVE={"MIN": 1.5, "MAX": 4})),
+    ("E024", entry(ADAPTIVE={"MIN": True, "MAX": 4})),
+    ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "INTERVAL": 0})),
+    ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "INTERVAL": math.inf})),
+    ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "TOLERANCE": 1})),
+    ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "MIN_SAMPLES": 0})),
+    ("E025", entry(ADAPTIVE={"MIN": 3, "MAX": 2})),
+    ("E026", entry(ADAPTIVE={"MIN": 0, "MAX": 2})),
+    ("E026", entry(ADAPTIVE={"MIN": -2, "MAX": -1})),
 ]
 GLOBAL_CASES = [
     ("E001", {"SEMAPHORES": ["reports"]}),
@@ -156,6 +169,27 @@ def test_over_admitting_algorithms_get_a_warning(settings, algorithm):
     assert algorithm in message.msg and "lua" in message.hint
     # A warning does not stop the semaphore from working.
     assert semaphores["loose"].acquire() is not None
+
+
+def test_a_limit_outside_the_adaptive_bounds_gets_a_warning_saying_where_it_starts(settings):
+    settings.SEMAPHORES = {"api": {"LIMIT": 2, "ADAPTIVE": {"MIN": 3, "MAX": 8}}}
+    (message,) = ours()
+    assert isinstance(message, Warning)
+    assert message.id == "django_semaphore.W005"
+    assert "starts at 3" in message.msg and "MIN" in message.hint
+    assert semaphores["api"].effective() == (3, "enforce", "adaptive")  # it still works
+
+
+def test_an_adaptive_entry_within_its_bounds_is_clean(settings):
+    settings.SEMAPHORES = {
+        "api": {"LIMIT": 4, "ADAPTIVE": {"MIN": 1, "MAX": 8}},
+        "all": {
+            "LIMIT": 4,
+            "ADAPTIVE": {"MIN": 4, "MAX": 4, "INTERVAL": 2, "TOLERANCE": 1.5, "MIN_SAMPLES": 1},
+        },
+        "none": {"LIMIT": 4, "ADAPTIVE": None},
+    }
+    assert ours() == []
 
 
 @pytest.mark.parametrize("algorithm", ["lua", "fair_locked"])

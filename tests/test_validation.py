@@ -41,6 +41,28 @@ def test_a_bad_entry_gets_no_config_and_every_problem_in_check_order():
     assert all(not p.warning and "SEMAPHORES['bad']" in p.msg and p.hint for p in problems)
 
 
+def test_adaptive_problems_come_after_priority_and_before_the_algorithm_support():
+    config, problems = validate_entry(
+        "bad", {"LIMIT": 2, "PRIORITY": 1.5, "ALGORITHM": "fair_locked", "ADAPTIVE": {"MIN": 1}}
+    )
+    assert config is None
+    assert ids(problems) == ["E021", "E024", "E023"]
+    assert "has no MAX" in problems[1].msg and "SEMAPHORES['bad']['ADAPTIVE']" in problems[1].msg
+
+
+def test_adaptive_gets_its_defaults_and_a_limit_outside_its_bounds_is_a_warning():
+    config, problems = validate_entry("api", {"LIMIT": 20, "ADAPTIVE": {"MIN": 2, "MAX": 8}})
+    assert ids(problems) == ["W005"] and "starts at 8" in problems[0].msg
+    assert config.adaptive.min == 2 and config.adaptive.max == 8
+    assert (config.adaptive.interval, config.adaptive.tolerance, config.adaptive.min_samples) == (
+        1.0,
+        1.25,
+        10,
+    )
+    assert config.adaptive.clamp(20) == 8 and config.adaptive.clamp(0) == 2
+    assert validate_entry("fixed", {"LIMIT": 2})[0].adaptive is None
+
+
 def test_a_warning_keeps_the_config():
     config, problems = validate_entry("loose", {"LIMIT": 2, "ALGORITHM": "basic"})
     assert config is not None and config.algorithm == "basic"
