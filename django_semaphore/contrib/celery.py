@@ -577,6 +577,19 @@ def _adopt_parked(
     return lease
 
 
+@contextlib.contextmanager
+def _held(lease: Lease) -> Iterator[None]:
+    """Run the body as the holder of ``lease``: it is the current lease, refreshed
+    by the watchdog, and released at the end whatever happens."""
+    token = _current.set(lease)
+    try:
+        with refresh.watching(lease):
+            yield
+    finally:
+        _current.reset(token)
+        lease.release()
+
+
 def _hold(
     func: Callable[..., Any],
     lease: Lease,
@@ -586,19 +599,14 @@ def _hold(
     args: Any,
     kwargs: dict[str, Any],
 ) -> Any:
-    token = _current.set(lease)
     try:
-        with refresh.watching(lease):
+        with _held(lease):
             return func(*args, **kwargs)
     finally:
-        _current.reset(token)
         try:
-            lease.release()
-        finally:
-            try:
-                dispatch(semaphore, partition, app)  # the next parked task gets this slot now
-            except SemaphoreBackendError as exc:
-                logger.warning("Could not dispatch parked tasks: %s", exc)
+            dispatch(semaphore, partition, app)  # the next parked task gets this slot now
+        except SemaphoreBackendError as exc:
+            logger.warning("Could not dispatch parked tasks: %s", exc)
 
 
 def _run_direct(
@@ -619,10 +627,5 @@ def _run_direct(
         lease, retry_after = semaphore.try_acquire(partition, wait=wait or 0, meta=meta)
         if lease is None:
             raise SemaphoreFull(semaphore.name, retry_after or 1, partition)
-    token = _current.set(lease)
-    try:
-        with refresh.watching(lease):
-            return func(*args, **kwargs)
-    finally:
-        _current.reset(token)
-        lease.release()
+    with _held(lease):
+        return func(*args, **kwargs)
