@@ -76,3 +76,143 @@ def run(algorithm, processes, duration):
 
 def measure(duration, processes=PROCESSES):
     return {(a, n): run(a, n, duration) for a in ALGORITHMS for n in processes}
+
+
+# Goal 3 (issue 15): PROCESSES_GOAL processes, each looping request -> wait for
+# a slot -> hold HOLD -> release, ours and the peers side by side.  Ours waits in
+# its queue (``acquire(wait=...)``); every peer waits its own way, with its
+# defaults.  Each process records (requested, granted, released) on
+# time.monotonic() (CLOCK_MONOTONIC, the clock node's hrtime reads too).
+PROCESSES_GOAL = 16
+WAIT = 30.0  # seconds: long enough that no request in a run gives up
+FIFO_MARGIN = 0.001  # seconds: an earlier request counts as earlier only by more than this
+
+
+def _waiting_worker(kind, name, limit, start_at, duration, out):
+    from django_semaphore import Semaphore, connection
+
+    from .peers import blocking_mutex
+
+    connection.reset()  # never share the parent's sockets
+    if kind == "ours":
+        sem = Semaphore(name, limit=limit, timeout=10, wait=WAIT)
+
+        def acquire():
+            lease = sem.acquire(wait=WAIT)
+            if lease is None:
+                raise RuntimeError(f"{name}: no slot within {WAIT} s")
+            return lease.release, lease.token
+
+    else:
+        take, give = blocking_mutex(kind, connection.get_client(), name)
+
+        def acquire():
+            if not take():
+                raise RuntimeError(f"{kind}: no lock within 60 s")
+            return give, None
+
+    connection.get_client().ping()  # connected before the start
+    triples = []
+    monotonic, sleep = time.monotonic, time.sleep
+    while monotonic() < start_at:
+        sleep(0.0005)
+    end = start_at + duration
+    while monotonic() < end:
+        requested = monotonic()
+        release, token = acquire()
+        granted = monotonic()
+        sleep(HOLD)
+        released = monotonic()
+        release()
+        triples.append(
+            (requested, granted, released) if token is None else (requested, granted, released, token)
+        )
+    out.put(triples)
+
+
+def _python_contenders(kind, limit, processes, duration):
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    name = f"fifo-{kind.split()[0]}-{limit}-{uuid.uuid4().hex[:6]}"
+    start_at = time.monotonic() + 0.3 + 0.02 * processes
+    workers = [
+        ctx.Process(target=_waiting_worker, args=(kind, name, limit, start_at, duration, out))
+        for _ in range(processes)
+    ]
+    for w in workers:
+        w.start()
+    results = [out.get(timeout=duration + WAIT + 60) for _ in workers]
+    for w in workers:
+        w.join()
+    return [t for r in results for t in r]
+
+
+def fifo(triples, margin=FIFO_MARGIN):
+    """How far grants strayed from arrival order, over (requested, granted, released[, token]) tuples.
+
+    A grant *overtook* a request that was made more than ``margin`` seconds
+    before its own and granted after it.  Grant order is the server's when a
+    tuple has a fencing token (ours: strictly increasing per grant), else the
+    client's clock when the acquire returned (the peers have no token).
+    Returns the fraction of grants that overtook at least one request, and the
+    most requests one grant overtook.
+    """
+    import bisect
+
+    by_request = sorted((t[0], t[3] if len(t) > 3 else t[1]) for t in triples)
+    requested = [t[0] for t in by_request]
+    later_grants = []  # grant times of the requests made so far (more than margin earlier), sorted
+    out_of_order = most = 0
+    j = 0
+    for t in by_request:
+        while j < len(by_request) and requested[j] < t[0] - margin:
+            bisect.insort(later_grants, by_request[j][1])
+            j += 1
+        overtaken = len(later_grants) - bisect.bisect_right(later_grants, t[1])
+        if overtaken:
+            out_of_order += 1
+            most = max(most, overtaken)
+    return (out_of_order / len(triples) if triples else float("nan")), most
+
+
+def _row(triples, limit, duration, peer=None):
+    from .common import percentile
+
+    above, peak = sweep([(t[1], t[2]) for t in triples], limit)
+    out_of_order, most = fifo(triples)
+    waits = [(t[1] - t[0]) * 1000.0 for t in triples]
+    return {
+        "limit": limit,
+        "peer": peer,
+        "grants_per_s": len(triples) / duration,
+        "above_limit": above,
+        "peak": peak,
+        "out_of_order": out_of_order,
+        "max_overtaken": most,
+        "wait_p50_ms": percentile(waits, 50),
+        "wait_p99_ms": percentile(waits, 99),
+    }
+
+
+def measure_goal(redis_url, duration, processes=PROCESSES_GOAL):
+    """Goal 3: ours at LIMIT 5 beside the node peer's Semaphore, ours at LIMIT 1 beside the pip
+    mutexes; grants/s, moments above the limit, and FIFO figures for each."""
+    from .peers import blocking_mutex_names, node_status, node_workers
+
+    result = {"processes": processes, "duration": duration, "hold": HOLD, "margin": FIFO_MARGIN, "rows": {}}
+    for limit in (LIMIT, 1):
+        triples = _python_contenders("ours", limit, processes, duration)
+        result["rows"][f"ours, LIMIT {limit}"] = _row(triples, limit, duration)
+    for kind in blocking_mutex_names():
+        triples = _python_contenders(kind, 1, processes, duration)
+        result["rows"][f"{kind} (mutex)"] = _row(triples, 1, duration, peer="ours, LIMIT 1")
+    why = node_status()
+    if why:
+        result["node_skipped"] = why
+    else:
+        key = f"fifo-node-{LIMIT}-{uuid.uuid4().hex[:6]}"
+        triples = node_workers(redis_url, key, LIMIT, processes, duration, HOLD)
+        result["rows"][f"redis-semaphore, LIMIT {LIMIT}"] = _row(
+            triples, LIMIT, duration, peer=f"ours, LIMIT {LIMIT}"
+        )
+    return result

@@ -1,4 +1,4 @@
-"""Acquire+release cycles on one connection, beside the PING-pair floor and one-slot peers.
+"""Acquire+release cycles on one connection, beside the PING-pair floor and the pip peers (benchmarks.peers).
 
 Also a weighted, prioritised cycle (``permits=2, priority=5``) beside the plain
 one on the same kind of semaphore: scheduling must cost at most 1.1 x.
@@ -11,9 +11,9 @@ from django_semaphore import Semaphore, connection
 from django_semaphore.algorithms.lua import ACQUIRE, RELEASE
 
 from .common import ALGORITHMS, interleaved, median, ratio
+from .peers import LEASE, pip_peers
 
 HOLDER_COUNTS = (0, 10, 1000, 10000)
-LEASE = 600  # seconds: the filler holders must outlive the run
 
 
 def semaphore(algorithm, holders):
@@ -82,32 +82,6 @@ def signal_receivers_off(fn):
     return run
 
 
-def peers(client):
-    """One-slot peers, where installed: {name: cycle function}."""
-    found = {}
-    lock = client.lock("bench:peer:redis-py", timeout=LEASE, thread_local=False)
-
-    def redis_py():
-        if not lock.acquire(blocking=False):
-            raise RuntimeError("redis-py Lock refused")
-        lock.release()
-
-    found["redis-py Lock"] = redis_py
-    try:
-        import redis_lock
-    except ImportError:
-        return found
-    other = redis_lock.Lock(client, "bench:peer:python-redis-lock", expire=LEASE)
-
-    def python_redis_lock():
-        if not other.acquire(blocking=False):
-            raise RuntimeError("python-redis-lock refused")
-        other.release()
-
-    found["python-redis-lock"] = python_redis_lock
-    return found
-
-
 def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
     """Cycle rates per algorithm and holder count, peers and the floor, interleaved."""
     client = connection.get_client()
@@ -146,7 +120,7 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
     quiet = signal_receivers_off(cycle(sems[("lua", holder_counts[0])]))
     if quiet is not None:
         contenders["lua, no signal receivers"] = quiet
-    peer_fns = peers(client)
+    peer_fns = pip_peers(client)
     contenders.update(peer_fns)
     for fn in contenders.values():  # warm up: scripts loaded, connections open
         for _ in range(50):

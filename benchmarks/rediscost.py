@@ -13,16 +13,8 @@ import uuid
 from django_semaphore import Semaphore, connection
 
 from .common import ALGORITHMS, median
-from .cycles import LEASE, WEIGHTED, fill
-
-# Listing 11.8, verbatim apart from whitespace.
-SEED_ACQUIRE = """
-redis.call('zremrangebyscore', KEYS[1], '-inf', ARGV[1])
-if redis.call('zcard', KEYS[1]) < tonumber(ARGV[2]) then
-    redis.call('zadd', KEYS[1], ARGV[3], ARGV[4])
-    return ARGV[4]
-end
-"""
+from .cycles import WEIGHTED, fill
+from .peers import LEASE, SEED_ACQUIRE
 
 BATCH = 5
 

@@ -72,6 +72,13 @@ def table(r, targets):
         )
     for peer, row in cyc["peers"].items():
         add("peer (one slot)", peer, _fmt(row["rate"], ",.0f"), f"{row['vs_floor']:.2f}")
+    node = cyc.get("node")
+    if node and "skipped" in node:
+        add("peer (node)", f"redis-semaphore: skipped ({node['skipped']})", "-")
+    elif node:
+        add("peer (node)", "ioredis PING pairs/s (its own floor)", _fmt(node["floor"], ",.0f"), "1.00")
+        for name, row in node["peers"].items():
+            add("peer (node)", f"redis-semaphore {name}", _fmt(row["rate"], ",.0f"), f"{row['vs_floor']:.2f}")
 
     for holders, row in r["rediscost"].items():
         t = targets["acquire_vs_seed"]
@@ -102,6 +109,8 @@ def table(r, targets):
             "",
             f"<= {t} x: {_verdict(x <= t)}",
         )
+    if "cpu" in r:
+        _cpu_rows(r["cpu"], add)
     if "overrides" in r:
         o = r["overrides"]
         same = abs(o["override"]["round_trips_per_cycle"] - o["settings"]["round_trips_per_cycle"]) < 0.05
@@ -153,8 +162,32 @@ def table(r, targets):
             f"{row['above_limit']} above LIMIT (peak {row['peak']}) {target}".strip(),
         )
 
+    if "contention_goal" in r:
+        _contention_goal_rows(r["contention_goal"], add)
+    if "memory" in r:
+        m = r["memory"]
+        add(
+            "memory",
+            f"used_memory before {m['partitions']:,} abandoned partitions",
+            f"{m['baseline_bytes']:,} B",
+            f"{m['baseline_keys']:,} keys",
+        )
+        add(
+            "memory", f"peak (TIMEOUT {m['timeout']} s)", f"{m['peak_bytes']:,} B", f"{m['peak_keys']:,} keys"
+        )
+        back = m["back_within_5pc_s"]
+        add(
+            "memory",
+            f"{m['waited_s']} s after the last acquire",
+            f"{m['final_bytes']:,} B",
+            f"{m['final_keys']:,} keys",
+            f"{m['final_vs_baseline']:.3f} x baseline"
+            + (f"; within 5 % after {back:.1f} s" if back is not None else ""),
+        )
     for server, web in r.get("web", {}).items():
-        for label in ("plain", "guarded"):
+        for label in ("plain", "guarded", "pinged"):
+            if label not in web:
+                continue
             row = web[label]
             extra = f", {row['non_2xx']} non-2xx" if row["non_2xx"] else ""
             add(
@@ -170,14 +203,25 @@ def table(r, targets):
             "",
             f">= {t}: {_verdict(web['ratio'] >= t)}",
         )
+        if "pinged_ratio" in web:
+            add(
+                f"web {server}",
+                "pinged (2 PING, no guard) / plain: the floor",
+                f"{web['pinged_ratio']:.2f} x",
+                f"guarded {web['ratio'] / web['pinged_ratio']:.2f} x pinged",
+            )
 
-    headers = ("section", "measure", "figure", "x floor / other", "target")
-    widths = [max(len(h), *(len(str(row[i])) for row in rows)) for i, h in enumerate(headers)]
-    rule = "  ".join("=" * w for w in widths)
-    lines = [rule, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip(), rule]
-    for row in rows:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
-    lines.append(rule)
+    if "adaptive" in r:
+        for row in r.get("adaptive_rows") or []:
+            add(*row)
+        for name, value, target, ok in _generic_figures(r["adaptive"]):
+            add("adaptive", name, value, "", f"{target}: {_verdict(ok)}" if target else "")
+    if "adaptive_error" in r:
+        add("adaptive", f"failed: {r['adaptive_error']}", "-")
+
+    lines = _simple_table(("section", "measure", "figure", "x floor / other", "target"), rows)
+    lines += ["", "Goals (issue 15)", ""]
+    lines += _simple_table(("goal", "measured", "target", "met"), goals(r))
     m = r["machine"]
     lines.insert(
         0,
@@ -189,3 +233,225 @@ def table(r, targets):
     )
     lines.insert(1, "")
     return "\n".join(lines)
+
+
+def _simple_table(headers, rows):
+    widths = [max(len(h), *(len(str(row[i])) for row in rows)) for i, h in enumerate(headers)]
+    rule = "  ".join("=" * w for w in widths)
+    lines = [rule, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip(), rule]
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
+    lines.append(rule)
+    return lines
+
+
+def _cpu_label(name):
+    if isinstance(name, tuple):
+        who, holders = name
+        label = "ours (acquire+release)" if who == "ours" else "seed (11.2.3 Lua + ZREM)"
+        return f"{label}, {holders:,} other holder{'s' if holders != 1 else ''}"
+    return name
+
+
+def _cpu_rows(c, add):
+    for name, row in c["rows"].items():
+        if name == "PING pair":
+            add(
+                "CPU usec/cycle",
+                "PING pair (floor): server / client",
+                f"{row['server_usec']:.1f} / {row['client_usec']:.1f}",
+            )
+            continue
+        add(
+            "CPU usec/cycle",
+            f"{_cpu_label(name)}: server / client",
+            f"{row['server_usec']:.1f} / {row['client_usec']:.1f}",
+            f"+{row['server_above_ping']:.1f} / +{row['client_above_ping']:.1f}",
+        )
+    node = c.get("node")
+    if node and "skipped" in node:
+        add("CPU usec/cycle", f"redis-semaphore (node): skipped ({node['skipped']})", "-")
+    elif node:
+        add(
+            "CPU usec/cycle",
+            f"redis-semaphore (node), LIMIT {node['limit']}: server",
+            f"{node['cycle_usec']:.1f}",
+            f"+{node['above_ping_usec']:.1f} (its PING pair {node['ping_pair_usec']:.1f})",
+        )
+
+
+def _contention_goal_rows(g, add):
+    for name, row in g["rows"].items():
+        add(
+            f"contention {g['processes']} procs",
+            f"{name}, waiting, hold {g['hold'] * 1000:g} ms",
+            f"{row['grants_per_s']:,.0f} grants/s",
+            f"wait p50 {row['wait_p50_ms']:.1f} / p99 {row['wait_p99_ms']:.1f} ms",
+            f"{row['above_limit']} above LIMIT (peak {row['peak']}); "
+            f"{row['out_of_order'] * 100:.1f} % out of order, max {row['max_overtaken']} overtaken",
+        )
+    if "node_skipped" in g:
+        add(f"contention {g['processes']} procs", f"redis-semaphore: skipped ({g['node_skipped']})", "-")
+
+
+def _generic_figures(result):
+    """(name, value, target, met) of a section's "figures" entries shaped {value, target, met} or a triple."""
+    out = []
+    for name, entry in (result.get("figures") or {}).items():
+        if isinstance(entry, dict) and {"value", "met"} <= entry.keys():
+            out.append((str(name), _show(entry["value"]), str(entry.get("target", "")), bool(entry["met"])))
+        elif isinstance(entry, (list, tuple)) and len(entry) == 3:
+            out.append((str(name), _show(entry[0]), str(entry[1]), bool(entry[2])))
+    return out
+
+
+def _show(value):
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _goal(ok):
+    return "met" if ok else "NOT MET"
+
+
+#: Issue 15's goals; the cycle and web targets are also in __main__.TARGETS.
+GOALS = {
+    "cycle_vs_floor": 0.85,
+    "server_cpu_vs_seed": 1.5,
+    "server_cpu_flat": 1.25,  # 10,000 holders / 1 holder, above the PING pair
+    "client_cpu_vs_seed": 1.25,
+    "fifo_out_of_order": 0.01,
+    "guarded_vs_plain": 0.85,
+    "memory_vs_baseline": 1.05,
+}
+
+
+def goals(r):
+    """The goals block: (goal, measured, target, met) rows, one per figure of issue 15."""
+    rows = []
+    cyc = r["cycles"]
+    ours = cyc["algorithms"]["lua"][min(cyc["algorithms"]["lua"])]
+    t = GOALS["cycle_vs_floor"]
+    rows.append(
+        (
+            "1 cycle / PING-pair floor",
+            f"{ours['vs_floor']:.2f} x ({ours['rate']:,.0f}/s)",
+            f">= {t} x",
+            _goal(ours["vs_floor"] >= t),
+        )
+    )
+    for peer, row in cyc["peers"].items():
+        rows.append(
+            (
+                f"1 ahead of {peer}",
+                f"{ours['vs_floor']:.2f} vs {row['vs_floor']:.2f} x floor",
+                "ours higher",
+                _goal(ours["vs_floor"] > row["vs_floor"]),
+            )
+        )
+    node = cyc.get("node")
+    if node and "skipped" not in node:
+        name, best = max(node["peers"].items(), key=lambda item: item[1]["vs_floor"])
+        rows.append(
+            (
+                f"1 ahead of redis-semaphore ({name})",
+                f"{ours['vs_floor']:.2f} vs {best['vs_floor']:.2f} x own floor",
+                "ours higher",
+                _goal(ours["vs_floor"] > best["vs_floor"]),
+            )
+        )
+    elif node:
+        rows.append(("1 ahead of redis-semaphore", f"skipped: {node['skipped']}", "ours higher", "-"))
+    if "cpu" in r:
+        c = r["cpu"]
+        t = GOALS["server_cpu_vs_seed"]
+        for holders, x in c["server_vs_seed"].items():
+            rows.append(
+                (
+                    f"2 server CPU above PING pair, {holders:,} holder{'s' if holders != 1 else ''}",
+                    f"{x:.2f} x seed",
+                    f"<= {t} x",
+                    _goal(x <= t),
+                )
+            )
+        t = GOALS["server_cpu_flat"]
+        counts = c["holder_counts"]
+        rows.append(
+            (
+                f"2 server CPU flat, {counts[-1]:,} / {counts[0]:,} holders",
+                f"{c['server_flat']:.2f} x",
+                f"<= {t} x",
+                _goal(c["server_flat"] <= t),
+            )
+        )
+        t = GOALS["client_cpu_vs_seed"]
+        rows.append(
+            (
+                "2 client CPU above floor",
+                f"{c['client_vs_seed']:.2f} x seed",
+                f"<= {t} x",
+                _goal(c["client_vs_seed"] <= t),
+            )
+        )
+    if "contention_goal" in r:
+        g = r["contention_goal"]
+        for name, row in g["rows"].items():
+            if row["peer"]:
+                mine = g["rows"][row["peer"]]
+                rows.append(
+                    (
+                        f"3 {row['peer']} vs {name}",
+                        f"{mine['grants_per_s']:,.0f} vs {row['grants_per_s']:,.0f} grants/s",
+                        ">= peer",
+                        _goal(mine["grants_per_s"] >= row["grants_per_s"]),
+                    )
+                )
+        for name, row in g["rows"].items():
+            if row["peer"]:
+                continue
+            rows.append(
+                (
+                    f"3 {name}: moments above LIMIT",
+                    str(row["above_limit"]),
+                    "0",
+                    _goal(row["above_limit"] == 0),
+                )
+            )
+            t = GOALS["fifo_out_of_order"]
+            rows.append(
+                (
+                    f"3 {name}: FIFO (grants out of order)",
+                    f"{row['out_of_order'] * 100:.2f} %",
+                    f"<= {t * 100:g} % (by > {g['margin'] * 1000:g} ms)",
+                    _goal(row["out_of_order"] <= t),
+                )
+            )
+    t = GOALS["guarded_vs_plain"]
+    for server, web in r.get("web", {}).items():
+        rows.append(
+            (f"4 guarded / plain, {server}", f"{web['ratio']:.2f} x", f">= {t} x", _goal(web["ratio"] >= t))
+        )
+        if "pinged_ratio" in web:
+            rows.append(
+                (
+                    f"4 (bound) 2 PING, no guard / plain, {server}",
+                    f"{web['pinged_ratio']:.2f} x",
+                    "(the floor)",
+                    "-",
+                )
+            )
+    if "memory" in r:
+        m = r["memory"]
+        t = GOALS["memory_vs_baseline"]
+        rows.append(
+            (
+                f"5 used_memory {m['waited_s']} s after {m['partitions']:,} abandoned",
+                f"{m['final_vs_baseline']:.3f} x baseline",
+                f"<= {t} x",
+                _goal(m["final_vs_baseline"] <= t),
+            )
+        )
+    for name, value, target, ok in _generic_figures(r.get("adaptive") or {}):
+        rows.append((f"adaptive: {name}", value, target, _goal(ok)))
+    return rows

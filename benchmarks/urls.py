@@ -7,4 +7,6 @@ urlpatterns = [
     path("guarded/", views.guarded),
     path("aplain/", views.aplain),
     path("aguarded/", views.aguarded),
+    path("pinged/", views.pinged),
+    path("apinged/", views.apinged),
 ]

@@ -44,7 +44,7 @@ SERVERS = {
             "--log-level",
             "warning",
         ],
-        ("/plain/", "/guarded/"),
+        ("/plain/", "/guarded/", "/pinged/"),
     ),
     "uvicorn (ASGI)": (
         lambda port: [
@@ -60,7 +60,7 @@ SERVERS = {
             "warning",
             "--no-access-log",
         ],
-        ("/aplain/", "/aguarded/"),
+        ("/aplain/", "/aguarded/", "/apinged/"),
     ),
 }
 
@@ -173,19 +173,20 @@ def measure(redis_url, rounds, seconds):
     env = dict(os.environ, BENCH_REDIS_URL=redis_url, DJANGO_SETTINGS_MODULE="benchmarks.settings")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     result = {}
-    for server, (command, (plain, guarded)) in SERVERS.items():
+    for server, (command, (plain, guarded, pinged)) in SERVERS.items():
         port = free_port()
         process = subprocess.Popen(
             command(port), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         try:
             _wait_for(port, process)
-            for path in (plain, guarded):
+            for path in (plain, guarded, pinged):
                 _check(port, path)
                 generate(port, path, 1)  # warm-up
-            runs = {plain: [], guarded: []}
+            runs = {plain: [], guarded: [], pinged: []}
+            order = [plain, guarded, pinged]
             for r in range(rounds):
-                for path in (plain, guarded) if r % 2 == 0 else (guarded, plain):
+                for path in order[r % 3 :] + order[: r % 3]:
                     runs[path].append(generate(port, path, seconds))
         finally:
             process.terminate()
@@ -195,7 +196,7 @@ def measure(redis_url, rounds, seconds):
                 process.kill()
                 process.wait()
         rows = {}
-        for label, path in (("plain", plain), ("guarded", guarded)):
+        for label, path in (("plain", plain), ("guarded", guarded), ("pinged", pinged)):
             rows[label] = {
                 "rps": median([x["rps"] for x in runs[path]]),
                 "p50_ms": median([x["p50_ms"] for x in runs[path]]),
@@ -204,6 +205,10 @@ def measure(redis_url, rounds, seconds):
             }
         rows["ratio"] = median(
             [g["rps"] / p["rps"] for g, p in zip(runs[guarded], runs[plain], strict=False)]
+        )
+        # The floor: two round trips and nothing else, on the same client.
+        rows["pinged_ratio"] = median(
+            [g["rps"] / p["rps"] for g, p in zip(runs[pinged], runs[plain], strict=False)]
         )
         result[server] = rows
     return result

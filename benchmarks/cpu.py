@@ -1,0 +1,111 @@
+"""CPU per acquire+release cycle: the Redis server's and this client process's (issue 15, goal 2).
+
+Every contender runs ``CYCLES`` cycles per batch, in rotating order, for
+``rounds`` rounds, with two measurements around each batch:
+
+* server: ``INFO cpu`` ``used_cpu_sys + used_cpu_user`` of the redis-server
+  process, before and after (the whole server, so every command a cycle
+  sends, its parsing and its socket I/O included);
+* client: ``time.process_time()`` of this process (every thread) around the
+  batch alone (the ``INFO`` calls are outside it).
+
+Each batch is divided by its cycle count, and the same round's PING-pair
+batch (two round trips doing nothing: the floor) is subtracted, so a figure
+is the CPU a cycle costs *above* its two unavoidable round trips; the table
+gives medians over rounds.  Contenders: ours (the app's ``acquire()`` +
+``release()`` through the django-redis client) with 1, 1,000 and 10,000 other
+live holders; the seed (bare Lua acquire + ``ZREM`` on the same redis-py
+client) with as many; the pip peers; and, in its own process and with its own
+PING pairs, the node peer (``benchmarks/node/bench.js`` "cpu").
+"""
+
+import time
+
+from django_semaphore import connection
+
+from .common import median
+from .cycles import cycle, fill, semaphore, signal_receivers_off
+from .peers import node_cpu, pip_peers, seed_cycle
+
+HOLDER_COUNTS = (1, 1000, 10000)
+CYCLES = 400  # per batch
+
+
+def _server_usec(client):
+    cpu = client.info("cpu")
+    return (float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])) * 1e6
+
+
+def _batch(client, fn, cycles):
+    before = _server_usec(client)
+    t0 = time.process_time()
+    for _ in range(cycles):
+        fn()
+    t1 = time.process_time()
+    after = _server_usec(client)
+    return (after - before) / cycles, (t1 - t0) * 1e6 / cycles
+
+
+def measure(redis_url, rounds, cycles=CYCLES, holder_counts=HOLDER_COUNTS):
+    """Server and client usec per cycle above the PING-pair floor, per contender (medians over rounds)."""
+    client = connection.get_client()
+
+    def ping_pair():
+        client.ping()
+        client.ping()
+
+    contenders = {"PING pair": ping_pair}
+    for holders in holder_counts:
+        sem = semaphore("lua", holders)
+        fill(sem, holders, client)
+        contenders[("ours", holders)] = cycle(sem)
+        contenders[("seed", holders)] = seed_cycle(client, holders)
+        if holders == holder_counts[0]:
+            quiet = signal_receivers_off(cycle(sem))
+            if quiet is not None:
+                contenders["ours, no signal receivers"] = quiet
+    contenders.update(pip_peers(client))
+    for fn in contenders.values():
+        for _ in range(50):
+            fn()
+    names = [name for name in contenders if name != "PING pair"]
+    server = {name: [] for name in contenders}
+    clientside = {name: [] for name in contenders}
+    above_server = {name: [] for name in names}
+    above_client = {name: [] for name in names}
+    for r in range(rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            ps, pc = _batch(client, ping_pair, cycles)  # the floor right before each contender
+            s, c = _batch(client, contenders[name], cycles)
+            server["PING pair"].append(ps)
+            clientside["PING pair"].append(pc)
+            server[name].append(s)
+            clientside[name].append(c)
+            above_server[name].append(s - ps)
+            above_client[name].append(c - pc)
+    rows = {
+        name: {
+            "server_usec": median(server[name]),
+            "client_usec": median(clientside[name]),
+            "server_above_ping": median(above_server[name]) if name in above_server else 0.0,
+            "client_above_ping": median(above_client[name]) if name in above_client else 0.0,
+        }
+        for name in contenders
+    }
+    first = holder_counts[0]
+    result = {"rounds": rounds, "cycles": cycles, "holder_counts": list(holder_counts), "rows": rows}
+    # Goal 2's ratios: medians of per-round ratios would mix two noisy figures;
+    # the ratio of the medians is what the table shows side by side.
+    result["server_vs_seed"] = {
+        h: rows[("ours", h)]["server_above_ping"] / rows[("seed", h)]["server_above_ping"]
+        for h in holder_counts
+    }
+    result["server_flat"] = (
+        rows[("ours", holder_counts[-1])]["server_above_ping"] / rows[("ours", first)]["server_above_ping"]
+    )
+    result["client_vs_seed"] = (
+        rows[("ours", first)]["client_above_ping"] / rows[("seed", first)]["client_above_ping"]
+    )
+    result["node"] = node_cpu(redis_url, cycles=cycles, rounds=max(3, rounds // 2))
+    return result
