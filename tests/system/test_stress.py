@@ -62,28 +62,28 @@ WORKER = textwrap.dedent(
 ).replace("LIMIT", str(LIMIT))
 
 
-@pytest.mark.slow
-def test_never_more_than_limit_holders(subprocess_env, raw_redis, key_prefix, tmp_path):
-    go = f"{key_prefix}:go"
-    outputs = [tmp_path / f"worker-{i}.json" for i in range(PROCESSES)]
+def run_workers(source, count, attempts, go, timeout, raw_redis, subprocess_env, tmp_path):
+    """Start ``count`` processes running ``source`` together (each blocks on BLPOP ``go``
+    until all are ready), wait for them; return (holds, refused, lost, seconds)."""
+    outputs = [tmp_path / f"{go.rsplit(':', 1)[-1]}-{i}.json" for i in range(count)]
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(i), str(ATTEMPTS), str(outputs[i]), go],
+            [sys.executable, "-c", source, str(i), str(attempts), str(outputs[i]), go],
             env=subprocess_env,
         )
-        for i in range(PROCESSES)
+        for i in range(count)
     ]
     try:
         # Start together: every worker blocks on BLPOP until the list is filled.
         deadline = time.monotonic() + 120
-        while raw_redis.execute_command("CLIENT", "LIST").count(b"cmd=blpop") < PROCESSES:
+        while raw_redis.execute_command("CLIENT", "LIST").count(b"cmd=blpop") < count:
             assert time.monotonic() < deadline, "workers did not get ready"
             assert all(w.poll() is None for w in workers), "a worker died before the start"
             time.sleep(0.1)
         started = time.monotonic()
-        raw_redis.rpush(go, *range(PROCESSES))
+        raw_redis.rpush(go, *range(count))
         for worker in workers:
-            assert worker.wait(300) == 0
+            assert worker.wait(timeout) == 0
         elapsed = time.monotonic() - started
     finally:
         for worker in workers:
@@ -97,6 +97,14 @@ def test_never_more_than_limit_holders(subprocess_env, raw_redis, key_prefix, tm
         holds.extend(tuple(h) for h in data["holds"])
         refused += data["refused"]
         lost += data["lost"]
+    return holds, refused, lost, elapsed
+
+
+@pytest.mark.slow
+def test_never_more_than_limit_holders(subprocess_env, raw_redis, key_prefix, tmp_path):
+    holds, refused, lost, elapsed = run_workers(
+        WORKER, PROCESSES, ATTEMPTS, f"{key_prefix}:go", 300, raw_redis, subprocess_env, tmp_path
+    )
     attempts = len(holds) + refused
     peak, levels = max_overlap(holds)
     above = sum(1 for level in levels if level > LIMIT)
@@ -191,38 +199,16 @@ def weighted_sweep(holds):
 
 @pytest.mark.slow
 def test_weighted_acquires_never_exceed_the_limit(subprocess_env, raw_redis, key_prefix, tmp_path):
-    go = f"{key_prefix}:weighted-go"
-    outputs = [tmp_path / f"weighted-{i}.json" for i in range(WEIGHTED_PROCESSES)]
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", WEIGHTED_WORKER, str(i), str(WEIGHTED_ATTEMPTS), str(outputs[i]), go],
-            env=subprocess_env,
-        )
-        for i in range(WEIGHTED_PROCESSES)
-    ]
-    try:
-        deadline = time.monotonic() + 120
-        while raw_redis.execute_command("CLIENT", "LIST").count(b"cmd=blpop") < WEIGHTED_PROCESSES:
-            assert time.monotonic() < deadline, "workers did not get ready"
-            assert all(w.poll() is None for w in workers), "a worker died before the start"
-            time.sleep(0.1)
-        started = time.monotonic()
-        raw_redis.rpush(go, *range(WEIGHTED_PROCESSES))
-        for worker in workers:
-            assert worker.wait(600) == 0
-        elapsed = time.monotonic() - started
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-
-    holds, refused, lost = [], 0, 0
-    for path in outputs:
-        data = json.loads(path.read_text())
-        holds.extend(tuple(h) for h in data["holds"])
-        refused += data["refused"]
-        lost += data["lost"]
+    holds, refused, lost, elapsed = run_workers(
+        WEIGHTED_WORKER,
+        WEIGHTED_PROCESSES,
+        WEIGHTED_ATTEMPTS,
+        f"{key_prefix}:weighted-go",
+        600,
+        raw_redis,
+        subprocess_env,
+        tmp_path,
+    )
     attempts = len(holds) + refused
     peak, above, clashes = weighted_sweep(holds)
     figures = {
