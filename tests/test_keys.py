@@ -6,8 +6,8 @@ import time
 import pytest
 from redis.crc import key_slot
 
-from django_semaphore import Semaphore
-from django_semaphore.keys import PartitionKeys
+from django_semaphore import Semaphore, stats
+from django_semaphore.keys import STATS, PartitionKeys, stats_keys
 
 from .helpers import wait_until
 
@@ -40,7 +40,10 @@ TIMEOUT = 20
 
 
 def written_keys(raw_redis, prefix):
-    return {k for k in raw_redis.scan_iter(match=prefix + ":*", count=1000)}
+    """The partition keys under ``prefix``: not the per-name stats keys, which the
+    control poller flushes in the background at any moment (see the end of the test)."""
+    stats = f"{prefix}:{STATS}:".encode()
+    return {k for k in raw_redis.scan_iter(match=prefix + ":*", count=1000) if not k.startswith(stats)}
 
 
 def test_every_key_is_bounded_prefixed_and_in_one_slot_per_partition(raw_redis, key_prefix):
@@ -55,6 +58,7 @@ def test_every_key_is_bounded_prefixed_and_in_one_slot_per_partition(raw_redis, 
         lease = sem.acquire(key=key)
         assert lease is not None, (name[:20], key and key[:20])
         assert sem.acquire(key=key) is None  # the partition is full...
+        stats.flush()  # (the poller may flush the refusal's count here: make it always)
         new = written_keys(raw_redis, key_prefix) - before
         assert new, "the acquire wrote keys"
         for redis_key in new:
@@ -71,6 +75,11 @@ def test_every_key_is_bounded_prefixed_and_in_one_slot_per_partition(raw_redis, 
         assert {key_slot(k.encode()) for k in derived} == {key_slot(next(iter(new)))}
     # ...and no other partition or name was touched: each still has its own free slot.
     assert Semaphore("x", limit=1).available(key="never-used") == 1
+    # The refusals above are counted per name, in keys just as bounded and prefixed.
+    stats.flush()
+    counted = set(raw_redis.scan_iter(match=f"{key_prefix}:{STATS}:*", count=1000))
+    assert counted == {stats_keys(key_prefix, name)[0].encode() for name in {n for n, _ in combos}}
+    assert all(len(k) <= 300 for k in counted)
 
 
 def test_x_owner_is_not_part_of_x():
