@@ -334,7 +334,8 @@ class Cache:
             server = f"Redis at {connection.server_name(client)}"
             # A command's error is its reply: a window refused with NOSCRIPT
             # must not make the stats flushed with it count twice.
-            replies = execute(client, Pipe(commands, transaction=False, raise_on_error=False))
+            # Raw: the adaptive fields are not UTF-8 (a client may decode replies).
+            replies = execute(client, Pipe(commands, transaction=False, raise_on_error=False, raw=True))
             # A command's error (the reply in its place): the first is reported
             # as the poll's failure; a window whose call failed is sent again.
             error = next((r for r in replies[len(windows.commands) :] if isinstance(r, Exception)), None)
@@ -387,7 +388,7 @@ def _prefix() -> str:
 
 
 def _read(prefix: str) -> Operation[Snapshot]:
-    reply = yield Command(("HGETALL", control_key(prefix)))
+    reply = yield Command(("HGETALL", control_key(prefix)), raw=True)  # adaptive fields: not UTF-8
     return _table_from(reply)
 
 

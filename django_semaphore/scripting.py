@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
 
+from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, RedisError
 
 from . import signals
@@ -135,19 +136,27 @@ class Pipe:
     """Send ``commands`` (tuples) in one round trip, as MULTI/EXEC if ``transaction``.
 
     ``raise_on_error=False``: a command's error is its reply (the others' replies
-    are still read), instead of raising once every reply is in.
+    are still read), instead of raising once every reply is in.  ``raw``: as
+    for :class:`Command` (only without ``transaction``).
     """
 
     commands: tuple[tuple[Any, ...], ...]
     transaction: bool = True
     raise_on_error: bool = True
+    raw: bool = False
 
 
 @dataclass(slots=True)
 class Command:
-    """Send one command (a tuple of its words) and return its reply."""
+    """Send one command (a tuple of its words) and return its reply.
+
+    ``raw``: the reply's strings as bytes even from a client made with
+    ``decode_responses=True``, for replies that may hold bytes that are not
+    UTF-8 (the control HASH's adaptive fields).
+    """
 
     args: tuple[Any, ...]
+    raw: bool = False
 
 
 @dataclass(slots=True)
@@ -203,6 +212,20 @@ def backend_error(client: Client, exc: BaseException) -> SemaphoreBackendError:
     return error
 
 
+_RAW = {NEVER_DECODE: True}  # redis-py's option: read this reply without decoding it
+_NONE: dict[str, Any] = {}
+
+
+def _options(request: Command | Pipe) -> dict[str, Any]:
+    """redis-py's options for the commands of ``request``."""
+    if not request.raw:
+        return _NONE
+    if type(request) is Pipe and request.transaction:
+        # MULTI/EXEC's replies come back in EXEC's, which takes no options.
+        raise TypeError("a raw Pipe cannot be a transaction")
+    return _RAW
+
+
 def execute(client: Client, request: Request) -> Any:
     """Execute one request on a sync client."""
     if type(request) is Script:
@@ -214,11 +237,12 @@ def execute(client: Client, request: Request) -> Any:
             return client.eval(request.script.source, numkeys, *request.keys, *request.args)
     if type(request) is Pipe:
         pipe = client.pipeline(transaction=request.transaction)
+        options = _options(request)
         for command in request.commands:
-            pipe.execute_command(*command)
+            pipe.execute_command(*command, **options)
         return pipe.execute(raise_on_error=request.raise_on_error)
     if type(request) is Command:
-        return client.execute_command(*request.args)
+        return client.execute_command(*request.args, **_options(request))
     if type(request) is Sleep:
         time.sleep(request.seconds)
         return None
@@ -237,11 +261,12 @@ async def aexecute(client: Client, request: Request) -> Any:
         if request.transaction and is_cluster(client):
             return await aexecute(client, _as_script(request))
         pipe = client.pipeline(transaction=request.transaction)
+        options = _options(request)
         for command in request.commands:
-            pipe.execute_command(*command)
+            pipe.execute_command(*command, **options)
         return await pipe.execute(raise_on_error=request.raise_on_error)
     if type(request) is Command:
-        return await client.execute_command(*request.args)
+        return await client.execute_command(*request.args, **_options(request))
     if type(request) is Sleep:
         await asyncio.sleep(request.seconds)
         return None

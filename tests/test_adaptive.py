@@ -2,6 +2,7 @@
 with chosen windows, its precedence under overrides, and one limit for every process,
 on a real Redis."""
 
+import asyncio
 import json
 import math
 import random
@@ -251,6 +252,24 @@ def test_the_state_field_is_no_semaphore_name(raw_redis, key_prefix):
     with pytest.raises(UnicodeDecodeError):
         fields[0].decode("utf-8")  # no str name encodes to it
     assert run(connection.get_client(), control.overrides()) == {}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("backend", ["single", "cluster"], indirect=True)
+async def test_a_client_that_decodes_replies_still_reads_every_override(backend, settings, redis_url, caplog):
+    # decode_responses=True (a user's OPTIONS, or django-redis alias) must not make the
+    # control HASH unreadable because the adaptive fields are not UTF-8.
+    redis = settings.SEMAPHORE_REDIS if backend == "cluster" else {"URL": redis_url}
+    settings.SEMAPHORE_REDIS = {**redis, "OPTIONS": {"decode_responses": True}}
+    sem = adaptive_sem("decoded", limit=4)
+    await asyncio.to_thread(calibrated, sem)
+    plain = Semaphore("plain", limit=2)
+    assert await asyncio.to_thread(plain.override, limit=5) == (5, "enforce", "override")
+    control.cache().tick()
+    assert "could not read" not in caplog.text
+    assert (sem.effective(), plain.effective()) == ((4, "enforce", "adaptive"), (5, "enforce", "override"))
+    assert sem.effective(fresh=True) == await sem.aeffective(fresh=True) == (4, "enforce", "adaptive")
+    assert plain.effective(fresh=True) == await plain.aeffective(fresh=True) == (5, "enforce", "override")
 
 
 # -- precedence -------------------------------------------------------------------------------

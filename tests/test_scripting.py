@@ -3,8 +3,11 @@ and one ``backend_failed`` signal, sent by the driver itself; a flushed script c
 (NOSCRIPT) is loaded again."""
 
 import pytest
+import redis
+import redis.asyncio
 
 from django_semaphore import Semaphore, SemaphoreBackendError, signals
+from django_semaphore.scripting import Command, Pipe, aexecute, execute
 from tests.servers import free_port
 
 
@@ -102,3 +105,23 @@ def test_trimmed_scripts_run(raw_redis):
     assert sem.waiters() == []
     assert sem.purge_expired() == 0
     assert lease.release()
+
+
+@pytest.mark.asyncio
+async def test_raw_requests_read_bytes_from_a_client_that_decodes(redis_url, raw_redis, key_prefix):
+    decoding = redis.Redis.from_url(redis_url, decode_responses=True)
+    adecoding = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+    key = f"{key_prefix}:raw"
+    raw_redis.hset(key, b"\xffnot utf-8", b"v")
+    try:
+        get = Command(("HGETALL", key), raw=True)
+        pipe = Pipe((("HGETALL", key),), transaction=False, raw=True)
+        assert execute(decoding, get) == {b"\xffnot utf-8": b"v"}
+        assert execute(decoding, pipe) == [{b"\xffnot utf-8": b"v"}]
+        assert await aexecute(adecoding, get) == {b"\xffnot utf-8": b"v"}
+        assert await aexecute(adecoding, pipe) == [{b"\xffnot utf-8": b"v"}]
+        with pytest.raises(TypeError, match="transaction"):  # EXEC's replies take no options
+            execute(decoding, Pipe((("HGETALL", key),), raw=True))
+    finally:
+        decoding.close()
+        await adecoding.aclose()
