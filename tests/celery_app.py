@@ -98,6 +98,15 @@ def export(report, ticket=None):
     return _body(report, Semaphore("reports"), None)
 
 
+@app.task(name="tests.followed")
+def followed(result, tag="link"):
+    """What comes after a job (its chain's next task, or its link): records ``tag:result``."""
+    client = connection.get_client()
+    client.rpush(rec("followed"), f"{tag}:{result}")
+    client.expire(rec("followed"), RECORD_TTL)
+    return result
+
+
 @signals.worker_ready.connect
 def _ready(sender=None, **kwargs):
     client = connection.get_client()

@@ -15,11 +15,15 @@ How it works (docs/background.rst has the figures):
   task and its id), renewed by the watchdog while it runs, released when it
   ends, also on an exception.
 * A task that finds no slot is **parked**: its message (task name, args,
-  kwargs, routing, arrival order) is appended to a Redis LIST of its
-  partition, ``<partition>:celery:q``, in the partition's hash tag, and the
-  task returns at once (``celery.exceptions.Ignore``: no result is stored, the
+  kwargs, and the options Celery sends a request again with: routing, the
+  chain and callbacks that follow, errbacks, chord and group, expiry, time
+  limits) is appended to a Redis LIST of its partition,
+  ``<partition>:celery:q``, in the partition's hash tag, and the task
+  returns at once (``celery.exceptions.Ignore``: no result is stored, the
   worker is free).  A task arriving while others are parked parks behind
-  them: parked tasks go in arrival order.
+  them: parked tasks go in arrival order.  A task whose ``expires`` passes
+  while it is parked is sent without a slot, for the worker to revoke it as
+  Celery does any expired task.
 * A **dispatcher** sends parked tasks again: it takes a slot *on behalf of*
   the first parked task (the holder's meta names that task), hands the lease
   over in a ticket (:mod:`django_semaphore.handoff`) carried by the re-sent
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import datetime
 import functools
 import hashlib
 import json
@@ -224,7 +229,13 @@ def _rebuild(entry: dict[str, Any]) -> Semaphore:
 def _message(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], entry: dict[str, Any]) -> str:
     request = task.request
     delivery = getattr(request, "delivery_info", None) or {}
-    options = {k: delivery[k] for k in ("exchange", "routing_key", "priority") if delivery.get(k)}
+    # What Celery itself sends a request again with (Task.retry does): the
+    # chain and callbacks that follow, errbacks, chord and group membership,
+    # the workflow's ids, expiry, time limits, headers; and the routing.
+    options = {
+        k: v for k, v in request.as_execution_options().items() if v is not None and k not in _NOT_OPTIONS
+    }
+    options.update((k, delivery[k]) for k in ("exchange", "routing_key", "priority") if delivery.get(k))
     message = {
         **entry,
         "task": task.name,
@@ -235,6 +246,27 @@ def _message(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], entry: di
         "parked_at": time.time(),
     }
     return _dumps(message)
+
+
+#: Execution options not sent again: the id is the message's own.
+_NOT_OPTIONS = frozenset({"task_id"})
+
+
+def _expired(message: dict[str, Any], now: float | None = None) -> bool:
+    """Whether the parked task's ``expires`` (an ISO 8601 time, as Celery sends it) has passed."""
+    expires = message.get("options", {}).get("expires")
+    if isinstance(expires, datetime.datetime):  # (kombu's JSON gives dates back as such)
+        when = expires
+    elif isinstance(expires, str):
+        try:
+            when = datetime.datetime.fromisoformat(expires)
+        except ValueError:
+            return False
+    else:
+        return False
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp() <= (time.time() if now is None else now)
 
 
 def park(semaphore: Semaphore, key: str | None, message: str, *, front: bool = False) -> int:
@@ -291,6 +323,13 @@ def _dispatch(semaphore: Semaphore, key: str | None, app: Any, wait: float) -> t
             meta = {"task": message["task"], "task_id": message["id"], "parked": True}
             if not _eval(_RENEW, (lock,), token, int(wait * 1000) + LOCK_MS):
                 break  # the lock ran out meanwhile: another dispatcher may be at it
+            if _expired(message):
+                # Sent without a slot: the worker that receives it revokes it as
+                # expired (its result says REVOKED, as for any expired task).
+                _send(app, message, None)
+                _eval(_POP_IF_HEAD, (queue,), head)
+                sent += 1
+                continue
             lease = semaphore.acquire(key, wait=wait, meta=meta)
             if lease is None:
                 break
@@ -308,9 +347,10 @@ def _dispatch(semaphore: Semaphore, key: str | None, app: Any, wait: float) -> t
     return sent, False
 
 
-def _send(app: Any, message: dict[str, Any], ticket: str) -> None:
+def _send(app: Any, message: dict[str, Any], ticket: str | None) -> None:
     kwargs = dict(message["kwargs"])
-    kwargs[PARKED_KWARG] = ticket
+    if ticket is not None:
+        kwargs[PARKED_KWARG] = ticket
     # send_task: by name, without the argument check of apply_async (the kwarg above is ours).
     (app or current_app).send_task(
         message["task"], args=message["args"], kwargs=kwargs, task_id=message["id"], **message["options"]

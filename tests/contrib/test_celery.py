@@ -34,10 +34,17 @@ class Outbox:
         self.sent.append({"task": name, "args": args, "kwargs": kwargs, "id": task_id, "options": options})
 
 
-def _message(sem, key, n):
+def _message(sem, key, n, options=None):
     entry = sc._describe(sem, key)
     return sc.kombu_json.dumps(
-        {**entry, "task": "app.export", "id": f"id-{n}", "args": [n], "kwargs": {"k": n}, "options": {}}
+        {
+            **entry,
+            "task": "app.export",
+            "id": f"id-{n}",
+            "args": [n],
+            "kwargs": {"k": n},
+            "options": options or {},
+        }
     )
 
 
@@ -76,6 +83,25 @@ def test_a_failed_send_gives_the_slot_back_and_keeps_the_task_first(prefix_keys)
     assert [m["id"] for m in sc.parked(sem.partition())] == ["id-0"]
     assert not any(key.endswith(sc.LOCK_SUFFIX) for key in prefix_keys())  # the lock was let go
     assert sc.dispatch(sem, None, Outbox()) == 1
+
+
+def test_a_task_that_expired_while_parked_is_sent_without_a_slot():
+    sem = Semaphore("cel-expired", limit=1, timeout=30)
+    held = sem.acquire()
+    gone = {"expires": "2000-01-01T00:00:00+00:00", "link": [{"task": "app.next"}], "priority": 3}
+    later = {"expires": "2999-01-01T00:00:00+00:00", "chain": [{"task": "app.next"}]}
+    sc.park(sem, None, _message(sem, None, 0, gone))
+    sc.park(sem, None, _message(sem, None, 1, later))
+    held.release()
+    outbox = Outbox()
+    assert sc.dispatch(sem, None, outbox) == 2
+    expired, live = outbox.sent
+    # The expired one goes out as it came (the worker revokes it) and takes no slot...
+    assert (expired["id"], expired["kwargs"], expired["options"]) == ("id-0", {"k": 0}, gone)
+    # ...which the next one gets, with its ticket and options.
+    assert live["id"] == "id-1" and live["options"] == later
+    assert Lease.adopt(live["kwargs"].pop(sc.PARKED_KWARG)).release()
+    assert sc.parked(sem.partition()) == []
 
 
 def test_one_dispatcher_at_a_time_per_partition(backend_redis):

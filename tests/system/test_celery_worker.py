@@ -9,11 +9,13 @@ those records with deadlines.  Delays are measured on the Redis server's
 clock and printed (``pytest -s``).
 """
 
+import datetime
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -230,6 +232,32 @@ def test_a_slot_freed_by_expiry_goes_to_the_parked_task_within_a_second(app, wor
     print(f"\nparked task start delay after an expiry: {delay} ms")
     assert own and holders == 1
     assert 0 <= delay < ONE_SECOND_MS
+
+
+def test_a_parked_task_keeps_what_follows_it_and_its_expiry(app, worker, raw_redis, rec):
+    held = _hold(app.JOBS, app.LIMIT)
+    chained = (app.job.s("c1") | app.followed.s(tag="chain")).delay()
+    linked = app.job.apply_async(("l1",), link=app.followed.s(tag="link"))
+    wait_until(lambda: len(parked(app.JOBS.partition())) == 2, 20, message="c1 and l1 parked")
+    deadline = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=2)
+    expiring = app.job.apply_async(("x1",), expires=deadline)
+    wait_until(lambda: len(parked(app.JOBS.partition())) == 3, 20, message="x1 parked")
+    wait_until(lambda: time.time() > deadline.timestamp(), 10, message="x1's expiry")  # while parked
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    for slot in held:
+        _give_back(slot)
+    assert chained.get(timeout=20) == "c1"  # the chain went on after the parked task
+    assert linked.get(timeout=20) == "l1"
+    wait_until(
+        lambda: sorted(raw_redis.lrange(rec("followed"), 0, -1)) == [b"chain:c1", b"link:l1"],
+        20,
+        message="the chain's next task and the link ran",
+    )
+    # Expired while parked: revoked by the worker, as Celery does any expired task; never run.
+    wait_until(lambda: expiring.state == "REVOKED", 20, message="x1 revoked")
+    assert sorted(s[0] for s in _starts(raw_redis, rec)) == ["c1", "l1"]
+    wait_until(lambda: app.JOBS.holders() == [], 10, message="every slot released")
+    assert parked(app.JOBS.partition()) == []
 
 
 def test_parked_tasks_survive_a_worker_killed_and_restarted(app, start_worker, raw_redis, rec):
