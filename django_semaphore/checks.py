@@ -28,6 +28,7 @@
 | E024 | ADAPTIVE not None or a dict; unknown keys; MIN/MAX not ints; bad INTERVAL, TOLERANCE, MIN_SAMPLES |
 | E025 | ADAPTIVE's MIN above its MAX |
 | E026 | ADAPTIVE's MIN or MAX below 1 |
+| E027 | (urls) a ``@semaphore`` view names no SEMAPHORES entry, or a key, permits or priority it refuses |
 | W001 | ALGORITHM "basic" or "fair": over-admits under contention |
 | W002 | (deploy) the django-redis alias has no SOCKET_CONNECT_TIMEOUT / SOCKET_TIMEOUT |
 | W003 | (deploy) Redis cannot be reached |
@@ -38,16 +39,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import redis
 from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.urls import URLResolver, get_resolver
 from redis.exceptions import RedisClusterException
 
-from . import conf, connection
+from . import conf, connection, validation
+from .needs import Need, needs_of
 from .validation import Problem
 
 
@@ -67,6 +71,84 @@ def check_settings(
 def _settings_have_errors() -> bool:
     # The deploy checks need usable settings; check_settings reports the errors.
     return any(not p.warning for p in conf.validated().all_problems())
+
+
+@checks.register("django_semaphore", checks.Tags.urls)
+def check_guarded_views(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """E027: every ``@semaphore`` view of the URLconf names a SEMAPHORES entry and
+    passes a ``key``, ``permits`` and ``priority`` that entry accepts (reported
+    by ``manage.py check`` and runserver, not at the view's first request)."""
+    if _settings_have_errors():
+        return []
+    messages: list[checks.CheckMessage] = []
+    for route, view, needs in _guarded_views(get_resolver()):
+        name = f"{view.__module__}.{view.__qualname__}"
+        for need in needs:
+            for msg, hint in _need_problems(need):
+                messages.append(
+                    checks.Error(
+                        f"The view {name} (URL {route!r}) has @semaphore({need.name!r}, ...): {msg}",
+                        hint=hint,
+                        obj=view,
+                        id="django_semaphore.E027",
+                    )
+                )
+    return messages
+
+
+def _guarded_views(resolver: URLResolver, prefix: str = "") -> Iterator[tuple[str, Any, tuple[Need, ...]]]:
+    """(route, view, needs) of every view under ``resolver`` that ``@semaphore``
+    guards (a class-based view: the class, whose ``dispatch`` it decorates)."""
+    try:
+        patterns = resolver.url_patterns
+    except ImproperlyConfigured:
+        return  # Django's own urls checks report a URLconf that does not load
+    for pattern in patterns:
+        route = prefix + str(pattern.pattern)
+        if isinstance(pattern, URLResolver):
+            yield from _guarded_views(pattern, route)
+            continue
+        view = getattr(pattern.callback, "view_class", None) or pattern.callback
+        # as_view() copies dispatch's attributes (the needs among them) to its function.
+        dispatch = getattr(view, "dispatch", None)
+        needs = needs_of(pattern.callback) or (needs_of(dispatch) if dispatch is not None else ())
+        if needs:
+            yield route, view, needs
+
+
+def _need_problems(need: Need) -> Iterator[tuple[str, str]]:
+    """(message, hint) for each thing wrong with one ``@semaphore(...)``."""
+    try:
+        config = conf.get_config(need.name)
+    except ImproperlyConfigured:
+        yield "SEMAPHORES has no such entry.", f"Add SEMAPHORES[{need.name!r}], or fix the name."
+        return
+    if need.key is not None:
+        for problem in validation.resolve_key(need.name, need.key)[1]:
+            if not problem.warning:
+                yield f"key={need.key!r} is refused ({problem.msg})", problem.hint
+    for option, value in (("PERMITS", need.permits), ("PRIORITY", need.priority)):
+        if value is None:
+            continue
+        words = f"{option.lower()}={value!r}"
+        if config.algorithm != "lua":
+            yield (
+                f"{words} needs the 'lua' algorithm; this entry's is {config.algorithm!r}.",
+                'Set its ALGORITHM to "lua", or drop the argument.',
+            )
+            continue
+        resolved, problems = validation.resolve_per_request(need.name, option, value)
+        for problem in problems:
+            if not problem.warning:
+                yield f"{words} is refused ({problem.msg})", problem.hint
+        highest = config.limit if config.adaptive is None else config.adaptive.max
+        if option == "PERMITS" and isinstance(resolved, int) and resolved > highest:
+            yield (
+                f"{words} is more than the entry's LIMIT {highest}: no request could ever be served.",
+                "Ask for at most LIMIT permits, or raise LIMIT.",
+            )
 
 
 @checks.register("django_semaphore", deploy=True)

@@ -16,6 +16,13 @@ from tests.servers import RedisServer, free_port, redis_server_binary
 GOOD = {"LIMIT": 2, "TIMEOUT": 5}
 
 
+@pytest.fixture(autouse=True)
+def _unguarded_urls(settings):
+    # tests.urls guards views with entries these tests' SEMAPHORES lack (E027 would
+    # report them in every run_checks); the E027 tests set their own URLconf.
+    settings.ROOT_URLCONF = "tests.urls_unguarded"
+
+
 def ours(**kwargs):
     return [m for m in run_checks(**kwargs) if (m.id or "").startswith("django_semaphore.")]
 
@@ -369,3 +376,57 @@ def test_scheduling_options_accept_ints_callables_and_dotted_paths(settings):
     assert ours() == []
     config = semaphores["ints"].config
     assert (config.permits, config.priority, config.max_waiters) == (2, -3, 0)
+
+
+# -- E027: the @semaphore views of the URLconf ---------------------------------------------------
+
+
+def _where_and_what(message):
+    """("<view> (URL '<route>')", the first word after the colon) of an E027 message."""
+    where = message.msg.split(" has ")[0].replace("The view tests.urls_checks.", "")
+    return where, message.msg.split("...): ", 1)[1].split(" ")[0]
+
+
+def test_every_guarded_view_of_the_urlconf_is_checked_against_its_entry(settings):
+    settings.SEMAPHORES = {
+        "chk": {"LIMIT": 4, "TIMEOUT": 5},
+        "chk-seed": {"LIMIT": 4, "ALGORITHM": "fair_locked"},
+    }
+    settings.ROOT_URLCONF = "tests.urls_checks"
+    messages = ours()
+    assert {m.id for m in messages} == {"django_semaphore.E027"}
+    assert all(isinstance(m, Error) and m.hint for m in messages)
+    assert sorted(_where_and_what(m) for m in messages) == [
+        ("Guarded (URL 'cbv/')", "SEMAPHORES"),  # once per URL, named by its class
+        ("ok (URL 'bad-key/')", "key='header:'"),
+        ("ok (URL 'bad-priority/')", "priority='no.such.module.func'"),
+        ("ok (URL 'nested/deep/')", "permits=0"),  # under include()
+        ("ok (URL 'seed/')", "permits=2"),  # a seed algorithm has no permits
+        ("ok (URL 'too-many/')", "permits=5"),
+        ("ok (URL 'unknown/')", "SEMAPHORES"),
+    ]
+    (limit,) = [m for m in messages if "too-many" in m.msg]
+    assert "LIMIT 4" in limit.msg and limit.hint == "Ask for at most LIMIT permits, or raise LIMIT."
+    assert ours(tags=["urls"]) == messages  # Django's urls tag runs it
+
+
+def test_guarded_views_of_good_entries_pass(settings):
+    settings.SEMAPHORES = {
+        "chk": {"LIMIT": 1, "TIMEOUT": 5, "ADAPTIVE": {"MIN": 1, "MAX": 8}},  # permits=5: within MAX
+        "chk-missing": {"LIMIT": 1},
+        "chk-missing-cbv": {"LIMIT": 1},
+        "chk-seed": {"LIMIT": 4},
+    }
+    settings.ROOT_URLCONF = "tests.urls_checks"
+    # Left: the three arguments no entry accepts.
+    assert sorted(_where_and_what(m)[0] for m in ours()) == [
+        "ok (URL 'bad-key/')",
+        "ok (URL 'bad-priority/')",
+        "ok (URL 'nested/deep/')",
+    ]
+
+
+def test_guarded_views_are_not_checked_while_the_settings_are_bad(settings):
+    settings.SEMAPHORES = {"chk": {"LIMIT": 0}}
+    settings.ROOT_URLCONF = "tests.urls_checks"
+    assert {m.id for m in ours()} == {"django_semaphore.E003"}
