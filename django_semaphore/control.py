@@ -318,31 +318,32 @@ class Cache:
         generation = self._generation
         prefixes = self._active()
         windows = adaptive.drain()
-        pending = stats.drain()
-        reads = tuple(("HGETALL", control_key(p)) for p in prefixes)
-        # The windows first: a limit they change is read in this same tick.
-        commands = windows.commands + reads + pending.commands
-        if not commands:
-            self.ticks += 1
-            return
-        server = "Redis"
-        try:
-            # Straight to the client, not through scripting.run: a background
-            # poll is no caller's operation, so it sends no backend_failed (the
-            # metrics count callers' failures); it logs once per burst below.
-            client = connection.get_client()
-            server = f"Redis at {connection.server_name(client)}"
-            # A command's error is its reply: a window refused with NOSCRIPT
-            # must not make the stats flushed with it count twice.
-            # Raw: the adaptive fields are not UTF-8 (a client may decode replies).
-            replies = execute(client, Pipe(commands, transaction=False, raise_on_error=False, raw=True))
-            # A command's error (the reply in its place): the first is reported
-            # as the poll's failure; a window whose call failed is sent again.
-            error = next((r for r in replies[len(windows.commands) :] if isinstance(r, Exception)), None)
-        except Exception as exc:
-            windows.settle(None)
-            pending.restore()
-            replies, error = None, exc
+        with stats.sending:  # a stats.flush() meanwhile returns once these counts are in Redis
+            pending = stats.drain()
+            reads = tuple(("HGETALL", control_key(p)) for p in prefixes)
+            # The windows first: a limit they change is read in this same tick.
+            commands = windows.commands + reads + pending.commands
+            if not commands:
+                self.ticks += 1
+                return
+            server = "Redis"
+            try:
+                # Straight to the client, not through scripting.run: a background
+                # poll is no caller's operation, so it sends no backend_failed (the
+                # metrics count callers' failures); it logs once per burst below.
+                client = connection.get_client()
+                server = f"Redis at {connection.server_name(client)}"
+                # A command's error is its reply: a window refused with NOSCRIPT
+                # must not make the stats flushed with it count twice.
+                # Raw: the adaptive fields are not UTF-8 (a client may decode replies).
+                replies = execute(client, Pipe(commands, transaction=False, raise_on_error=False, raw=True))
+                # A command's error (the reply in its place): the first is reported
+                # as the poll's failure; a window whose call failed is sent again.
+                error = next((r for r in replies[len(windows.commands) :] if isinstance(r, Exception)), None)
+            except Exception as exc:
+                windows.settle(None)
+                pending.restore()
+                replies, error = None, exc
         if replies is not None:
             windows.settle(replies[: len(windows.commands)])
         if error is not None:

@@ -72,6 +72,9 @@ class _Counts:
 
 
 _lock = threading.Lock()
+#: Held while drained counts are on their way to Redis (by :func:`flush`, or the
+#: control poller): a flush returns only once everything recorded before it landed.
+sending = threading.Lock()
 _pending: dict[tuple[str, str], _Counts] = {}
 
 
@@ -167,15 +170,17 @@ def _commands(taken: dict[tuple[str, str], _Counts]) -> tuple[tuple[Any, ...], .
 
 
 def flush() -> None:
-    """Send what this process recorded now, on the sync client (the poller does it by itself)."""
-    pending = drain()
-    if not pending.commands:
-        return
-    try:
-        run(connection.get_client(), _pipe(pending.commands))
-    except BaseException:
-        pending.restore()
-        raise
+    """Send what this process recorded now, on the sync client (the poller does it by
+    itself); when it returns, every count recorded before the call is in Redis."""
+    with sending:  # after a poll that drained counts before this call, and sent them
+        pending = drain()
+        if not pending.commands:
+            return
+        try:
+            run(connection.get_client(), _pipe(pending.commands))
+        except BaseException:
+            pending.restore()
+            raise
 
 
 def _pipe(commands: tuple[tuple[Any, ...], ...]) -> Operation[Any]:

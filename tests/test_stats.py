@@ -16,17 +16,27 @@ from tests.helpers import wait_until
 
 
 def settled(name, now=None, samples=None):
-    """stats.recent() once this process's records have reached Redis (flushed here or by
-    the poller's thread, which may be sending them right now)."""
+    """stats.recent() once this process's records have reached Redis: flush() returns
+    when they have, those the poller's thread was sending at that moment included."""
     stats.flush()
+    recent = stats.recent(name, now=now)
+    assert samples is None or recent.samples == samples, recent
+    return recent
 
-    def done():
-        recent = stats.recent(name, now=now)
-        if samples is not None and recent.samples != samples:
-            return None
-        return recent if (recent.refused or recent.dry_run_refused or recent.samples) else None
 
-    return wait_until(done, timeout=5, message="stats flushed")
+def test_a_flush_returns_once_the_counts_a_poll_is_sending_are_in(raw_redis, key_prefix):
+    stats.record_refusal("inflight")
+    stats.record_hold("inflight", 0.25)
+    raw_redis.client_pause(500, all=False)  # writes wait half a second; reads go on
+    try:
+        poll = threading.Thread(target=control.cache().tick)  # takes the counts, sends them
+        poll.start()
+        wait_until(lambda: not stats._pending, interval=0.001, message="the poll took the counts")
+        stats.flush()  # nothing left to send here: it waits for that poll
+        assert stats.recent("inflight")[:2] == (1, 0) and stats.recent("inflight").samples == 1
+    finally:
+        raw_redis.client_unpause()
+    poll.join(10)
 
 
 CHILD = textwrap.dedent(
