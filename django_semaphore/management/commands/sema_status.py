@@ -37,7 +37,8 @@ META_COLUMNS = ("user", "method", "path", "remote_addr", "host", "pid")
 
 class Command(BaseCommand):
     help = (
-        "Show every semaphore with its live partitions: limit, in use, free, waiting. With NAME, "
+        "Show every semaphore with its live partitions: limit, in use, free, waiting, the mode "
+        "in force and where the limit comes from (settings, override, adaptive). With NAME, "
         "also that semaphore's holders in token order (token, acquired, expires in, meta)."
     )
 
@@ -83,19 +84,30 @@ class Command(BaseCommand):
         rows: list[list[object]] = []
         for view in views:
             if view.error:
-                rows.append([view.name, f"error: {view.error}", "", "", "", ""])
+                rows.append([view.name, f"error: {view.error}", "", "", "", "", "", ""])
                 continue
+            in_force = [view.mode, self.source(view)]
             if not view.partitions:
-                rows.append([view.name, "(no live partition)", view.limit, 0, view.limit, 0])
+                rows.append([view.name, "(no live partition)", view.limit, 0, view.limit, 0, *in_force])
             for partition in view.partitions:
                 label = "-" if partition.unpartitioned else partition.label[:40]
-                rows.append(
-                    [view.name, label, partition.limit, partition.in_use, partition.free, partition.waiting]
-                )
+                figures = [partition.limit, partition.in_use, partition.free, partition.waiting]
+                rows.append([view.name, label, *figures, *in_force])
             if view.hidden:
-                rows.append([view.name, f"(+{view.hidden} more partitions)", "", "", "", ""])
-        headers = ["SEMAPHORE", "PARTITION", "LIMIT", "IN USE", "FREE", "WAITING"]
+                rows.append([view.name, f"(+{view.hidden} more partitions)", "", "", "", "", "", ""])
+        headers = ["SEMAPHORE", "PARTITION", "LIMIT", "IN USE", "FREE", "WAITING", "MODE", "LIMIT FROM"]
         return format_table(headers, rows, right={2, 3, 4, 5})
+
+    @staticmethod
+    def source(view: monitor.SemaphoreView) -> str:
+        """Where the limit in force comes from, with what settings say when they are overridden."""
+        if view.source == "override":
+            return f"override (settings: {view.settings_limit} {view.settings_mode})"
+        if view.source == "adaptive" and view.adaptive_bounds is not None:
+            low, high = view.adaptive_bounds
+            probing = ", probing" if view.adaptive is not None and view.adaptive.probing else ""
+            return f"adaptive [{low}, {high}]{probing}"
+        return view.source
 
     def holders(self, view: monitor.SemaphoreView) -> str:
         now = timezone.now()

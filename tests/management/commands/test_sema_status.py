@@ -31,11 +31,26 @@ def test_status_table():
     finally:
         for lease in held:
             lease.release()
-    assert lines[0].split() == ["SEMAPHORE", "PARTITION", "LIMIT", "IN", "USE", "FREE", "WAITING"]
+    assert lines[0].split() == [
+        "SEMAPHORE", "PARTITION", "LIMIT", "IN", "USE", "FREE", "WAITING", "MODE", "LIMIT", "FROM"
+    ]  # fmt: skip
     rows = [line.split() for line in lines[2:]]
-    assert ["reports", "-", "2", "1", "1", "0"] in rows
-    assert ["quick", "-", "5", "0", "5", "0"] in rows
-    assert ["per-ip", "192.0.2.7", "1", "1", "0", "0"] in rows
+    assert ["reports", "-", "2", "1", "1", "0", "enforce", "settings"] in rows
+    assert ["quick", "-", "5", "0", "5", "0", "enforce", "settings"] in rows
+    assert ["per-ip", "192.0.2.7", "1", "1", "0", "0", "enforce", "settings"] in rows
+
+
+def test_status_says_where_the_limit_in_force_comes_from(settings):
+    settings.SEMAPHORES = {**SEMAPHORES, "api": {"LIMIT": 4, "ADAPTIVE": {"MIN": 2, "MAX": 16}}}
+    semaphores["reports"].override(limit=7, mode="dry_run")
+    try:
+        rows = [line.split() for line in run_command("sema_status")[2:]]
+    finally:
+        semaphores["reports"].clear_override()
+    by_name = {row[0]: row for row in rows}
+    assert by_name["reports"][2:6] == ["7", "0", "7", "0"]
+    assert by_name["reports"][6:] == ["dry_run", "override", "(settings:", "2", "enforce)"]
+    assert by_name["api"][2:] == ["4", "0", "4", "0", "enforce", "adaptive", "[2,", "16]"]
 
 
 def test_status_with_name_lists_holders_in_token_order():
