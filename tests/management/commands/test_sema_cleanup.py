@@ -103,7 +103,7 @@ def test_cleanup_scans_every_primary_of_a_cluster(backend, backend_redis):
     assert run_command("sema_cleanup")[-1] == "Removed 12 expired entries from 3 semaphores."
     assert all(backend_redis.zcard(keys.timeouts) == 0 for keys in partitions)
     assert [h.token for h in semaphores["reports"].holders()] == [live.token]
-    rows = [line.split() for line in run_command("sema_status")[2:]]
+    rows = [line.split()[:6] for line in run_command("sema_status")[2:]]
     assert ["reports", "-", "2", "1", "1", "0"] in rows
 
 
@@ -147,7 +147,8 @@ def _manage(subprocess_env, *args, redis_url=None):
     if redis_url:
         env["REDIS_URL"] = redis_url
     return subprocess.run(
-        [sys.executable, "-m", "django", *args, "--settings", "tests.settings"],
+        # --skip-checks: tests.urls guards views with entries only the web tests define (E027).
+        [sys.executable, "-m", "django", *args, "--settings", "tests.settings", "--skip-checks"],
         env=env,
         capture_output=True,
         text=True,
