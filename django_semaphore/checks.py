@@ -143,11 +143,13 @@ def _need_problems(need: Need) -> Iterator[tuple[str, str]]:
         for problem in problems:
             if not problem.warning:
                 yield f"{words} is refused ({problem.msg})", problem.hint
-        highest = config.limit if config.adaptive is None else config.adaptive.max
+        bound, highest = (
+            ("LIMIT", config.limit) if config.adaptive is None else ("ADAPTIVE's MAX", config.adaptive.max)
+        )
         if option == "PERMITS" and isinstance(resolved, int) and resolved > highest:
             yield (
-                f"{words} is more than the entry's LIMIT {highest}: no request could ever be served.",
-                "Ask for at most LIMIT permits, or raise LIMIT.",
+                f"{words} is more than the entry's {bound} {highest}: no request could ever be served.",
+                f"Ask for at most {bound} permits, or raise {bound}.",
             )
 
 

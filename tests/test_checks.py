@@ -430,3 +430,16 @@ def test_guarded_views_are_not_checked_while_the_settings_are_bad(settings):
     settings.SEMAPHORES = {"chk": {"LIMIT": 0}}
     settings.ROOT_URLCONF = "tests.urls_checks"
     assert {m.id for m in ours()} == {"django_semaphore.E003"}
+
+
+def test_permits_of_an_adaptive_entry_are_checked_against_its_max(settings):
+    settings.SEMAPHORES = {
+        "chk": {"LIMIT": 1, "ADAPTIVE": {"MIN": 1, "MAX": 4}},  # the limit moves up to 4
+        "chk-missing": {"LIMIT": 1},
+        "chk-missing-cbv": {"LIMIT": 1},
+        "chk-seed": {"LIMIT": 4},
+    }
+    settings.ROOT_URLCONF = "tests.urls_checks"
+    (too_many,) = [m for m in ours() if "too-many" in m.msg]
+    assert "permits=5 is more than the entry's ADAPTIVE's MAX 4" in too_many.msg
+    assert too_many.hint == "Ask for at most ADAPTIVE's MAX permits, or raise ADAPTIVE's MAX."
