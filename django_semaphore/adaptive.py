@@ -296,7 +296,6 @@ class Pending:
     """What :func:`drain` took: one adapt.lua call per window, and a way to put them back."""
 
     def __init__(self, taken: Mapping[tuple[str, str], tuple[SemaphoreConfig, _Window]]) -> None:
-        self.keys = list(taken)
         self.taken = dict(taken)
         verb, script = ("EVAL", ADAPT.source) if _eval else ("EVALSHA", ADAPT.sha)
         self.commands = tuple(
@@ -308,7 +307,7 @@ class Pending:
         """Put back the windows whose call failed (all of them if ``replies`` is None)."""
         global _eval
         failed = []
-        for index, key in enumerate(self.keys):
+        for index, key in enumerate(self.taken):
             reply = None if replies is None else replies[index]
             if replies is None or isinstance(reply, Exception):
                 failed.append(key)

@@ -173,6 +173,10 @@ class Snapshot(NamedTuple):
     overrides: dict[str, Override]
     adaptive: dict[str, int]
 
+    def of(self, name: str) -> tuple[Override | None, int | None]:
+        """Semaphore ``name``'s override and adaptive limit (None where there is none)."""
+        return self.overrides.get(name), self.adaptive.get(name)
+
 
 class _Table:
     """The overrides and adaptive limits of one prefix, as last read."""
@@ -404,9 +408,17 @@ def cached(config: SemaphoreConfig) -> Effective:
     known, override, adaptive_limit = _cache.lookup(prefix, config.name)
     if not known:
         _cache.watch(prefix)
+    return _in_force(prefix, config, override, adaptive_limit)
+
+
+def _in_force(
+    prefix: str, config: SemaphoreConfig, override: Override | None, limit: int | None
+) -> Effective:
+    """:func:`resolve`, for a semaphore in use: an adaptive one's samples go to its
+    controller from now on."""
     if config.adaptive is not None:
         adaptive.watch(prefix, config)
-    return resolve(config, override, adaptive_limit)
+    return resolve(config, override, limit)
 
 
 def effective(config: SemaphoreConfig, client: Client | None = None) -> Effective:
@@ -422,10 +434,8 @@ def effective(config: SemaphoreConfig, client: Client | None = None) -> Effectiv
         generation = _cache.generation
         snapshot = run(client or connection.get_client(), _read(prefix))
         _cache.store(prefix, snapshot, generation)
-        override, adaptive_limit = snapshot.overrides.get(config.name), snapshot.adaptive.get(config.name)
-    if config.adaptive is not None:
-        adaptive.watch(prefix, config)
-    return resolve(config, override, adaptive_limit)
+        override, adaptive_limit = snapshot.of(config.name)
+    return _in_force(prefix, config, override, adaptive_limit)
 
 
 async def aeffective(config: SemaphoreConfig, client: Client | None = None) -> Effective:
@@ -436,10 +446,8 @@ async def aeffective(config: SemaphoreConfig, client: Client | None = None) -> E
         generation = _cache.generation
         snapshot = await arun(client or connection.get_async_client(), _read(prefix))
         _cache.store(prefix, snapshot, generation)
-        override, adaptive_limit = snapshot.overrides.get(config.name), snapshot.adaptive.get(config.name)
-    if config.adaptive is not None:
-        adaptive.watch(prefix, config)
-    return resolve(config, override, adaptive_limit)
+        override, adaptive_limit = snapshot.of(config.name)
+    return _in_force(prefix, config, override, adaptive_limit)
 
 
 def fresh(config: SemaphoreConfig) -> Operation[Effective]:
@@ -449,7 +457,7 @@ def fresh(config: SemaphoreConfig) -> Operation[Effective]:
     generation = _cache.generation
     snapshot = yield from _read(prefix)
     _cache.store(prefix, snapshot, generation)
-    return resolve(config, snapshot.overrides.get(config.name), snapshot.adaptive.get(config.name))
+    return resolve(config, *snapshot.of(config.name))
 
 
 # -- writing --------------------------------------------------------------------------
