@@ -737,13 +737,9 @@ def draw(result, path, summary=""):
     ax.grid(alpha=0.3)
     ax.tick_params(labelsize=8)
 
+    compared = (("from 2", blue), ("from 48", "#54aeff"), ("knee 8 -> 4", "#0a3069"), ("gradient2", orange))
     ax = axes[2][0]
-    for name, colour in (
-        ("from 2", blue),
-        ("from 48", "#54aeff"),
-        ("knee 8 -> 4", "#0a3069"),
-        ("gradient2", orange),
-    ):
+    for name, colour in compared:
         xs, rate, _ = _series(runs[name])
         ax.plot(xs, rate, color=colour, lw=1.2, label=name)
     ax.axhline(
@@ -759,12 +755,7 @@ def draw(result, path, summary=""):
     ax.grid(alpha=0.3)
     ax.tick_params(labelsize=8)
     ax = axes[2][1]
-    for name, colour in (
-        ("from 2", blue),
-        ("from 48", "#54aeff"),
-        ("knee 8 -> 4", "#0a3069"),
-        ("gradient2", orange),
-    ):
+    for name, colour in compared:
         xs, _, p50 = _series(runs[name])
         ax.plot(xs, p50, color=colour, lw=1.2, label=name)
     ax.axhline(TARGETS["p50_vs_base"], color=red, ls=":", lw=1, label=f"{TARGETS['p50_vs_base']} x BASE")

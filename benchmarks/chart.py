@@ -104,20 +104,15 @@ def draw_cpu(results, path):
         ax.set_ylabel("usec per cycle\nabove a PING pair", fontsize=8)
         ax.set_title(what, fontsize=9)
         ax.grid(axis="y", alpha=0.3)
-    seeds = [r["server_above_ping"] for n, r in rows.items() if isinstance(n, tuple) and n[0] == "seed"]
-    if seeds:
-        t = GOALS["server_cpu_vs_seed"]
-        axes[0].axhline(
-            t * seeds[0], color="#cf222e", linestyle=":", linewidth=1, label=f"{t} x the seed, fewest holders"
-        )
-        axes[0].legend(fontsize=8)
-    seed_client = [r["client_above_ping"] for n, r in rows.items() if isinstance(n, tuple) and n[0] == "seed"]
-    if seed_client:
-        t = GOALS["client_cpu_vs_seed"]
-        axes[1].axhline(
-            t * seed_client[0], color="#cf222e", linestyle=":", linewidth=1, label=f"{t} x the seed"
-        )
-        axes[1].legend(fontsize=8)
+    seed = next((r for n, r in rows.items() if isinstance(n, tuple) and n[0] == "seed"), None)
+    if seed is not None:  # the goals' lines: a multiple of the seed's cost (fewest holders)
+        for ax, measure, goal, label in (
+            (axes[0], "server_above_ping", "server_cpu_vs_seed", "x the seed, fewest holders"),
+            (axes[1], "client_above_ping", "client_cpu_vs_seed", "x the seed"),
+        ):
+            t = GOALS[goal]
+            ax.axhline(t * seed[measure], color="#cf222e", linestyle=":", linewidth=1, label=f"{t} {label}")
+            ax.legend(fontsize=8)
     axes[1].set_xticks(list(xs))
     axes[1].set_xticklabels(labels, fontsize=7)
     fig.suptitle(
