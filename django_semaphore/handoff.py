@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from . import conf, connection
 from .algorithms import ALGORITHMS, Granted
 from .exceptions import SemaphoreError
 from .keys import PartitionKeys, name_hash
-from .scripting import Command, Operation, arun, run
+from .scripting import Command, LuaScript, Operation, Script, arun, run
 from .validation import validate_entry
 
 if TYPE_CHECKING:
@@ -64,7 +65,11 @@ VERSION = 1
 
 class HandoffError(SemaphoreError):
     """A ticket that cannot be adopted: tampered, expired, malformed, or naming an
-    unknown semaphore; or (when adopt verifies) a slot no longer held."""
+    unknown semaphore; adopted already; or (when adopt verifies) a slot no longer held."""
+
+
+class AlreadyAdopted(HandoffError):
+    """The ticket was adopted already (by another adopter): a ticket is single-use."""
 
 
 def remaining(lease: Lease) -> float:
@@ -180,26 +185,48 @@ def lease_from_ticket(lease_class: type[Lease], ticket: str) -> Lease:
     return lease_class(semaphore, payload["k"], identifier, granted, keys, config)
 
 
-# Add fields to a live holder's meta, the JSON after "token:acquired_ms:" in the holds HASH
-# (one key: one cluster slot).  ARGV: identifier, JSON object of the fields.  0: not held.
-_ANNOTATE = """
-local record = redis.call('HGET', KEYS[1], ARGV[1])
-if not record then return 0 end
-local at = string.find(record, '{', 1, true)
-if not at then return 0 end
-local ok, meta = pcall(cjson.decode, string.sub(record, at))
-if not ok or type(meta) ~= 'table' then meta = {} end
-for k, v in pairs(cjson.decode(ARGV[2])) do meta[k] = v end
-redis.call('HSET', KEYS[1], ARGV[1], string.sub(record, 1, at - 1) .. cjson.encode(meta))
-return 1
-"""
+#: Adds fields to a live holder's meta (one key: one cluster slot).
+ANNOTATE = LuaScript("annotate")
+#: Marks a ticket adopted: a second adoption by another adopter is refused.
+ADOPT = LuaScript("adopt")
 
 
 def annotate_op(lease: Lease, fields: dict[str, Any]) -> Operation[bool]:
     """Add ``fields`` to the meta stored with ``lease``'s holder (the admin shows it); False if not held."""
     text = json.dumps(fields, separators=(",", ":"), default=str)
-    reply = yield Command(("EVAL", _ANNOTATE, 1, lease.keys.holds, lease.identifier, text))
+    reply = yield Script(ANNOTATE, (lease.keys.holds,), (lease.identifier, text))
     return bool(reply)
+
+
+def claim_op(lease: Lease, adopter: str) -> Operation[bool]:
+    """Mark ``lease``'s ticket adopted by ``adopter``; False if another adopter has it.
+
+    The mark lives as long as the ticket can be read (TIMEOUT + :data:`MARGIN`
+    after the handoff at most), so a ticket is adopted once: by one adopter,
+    which may adopt it again (a Celery task redelivered after its run died).
+    """
+    ttl_ms = int((lease.config.timeout + MARGIN) * 1000) + 1000
+    reply = yield Script(ADOPT, (lease.keys.adopted(lease.identifier),), (adopter, ttl_ms))
+    return bool(reply)
+
+
+def adopted(lease: Lease) -> bool:
+    """Whether ``lease``'s ticket has been adopted (one round trip)."""
+    return bool(run(connection.get_client(), _exists(lease.keys.adopted(lease.identifier))))
+
+
+def _exists(key: str) -> Operation[int]:
+    reply = yield Command(("EXISTS", key))
+    return int(reply)
+
+
+def _claimed(lease: Lease, claimed: bool) -> Lease:
+    if not claimed:
+        raise AlreadyAdopted(
+            f"The ticket for semaphore {lease.name!r} (token {lease.token}) was already adopted: "
+            "a ticket is single-use."
+        )
+    return lease
 
 
 def _verified(lease: Lease, live: bool) -> Lease:
@@ -212,24 +239,40 @@ def _verified(lease: Lease, live: bool) -> Lease:
 
 
 def adopt(
-    lease_class: type[Lease], ticket: str, verify: bool = True, meta: dict[str, Any] | None = None
+    lease_class: type[Lease],
+    ticket: str,
+    verify: bool = True,
+    meta: dict[str, Any] | None = None,
+    adopter: str | None = None,
 ) -> Lease:
-    """:meth:`Lease.adopt <django_semaphore.lease.Lease.adopt>`: see there."""
+    """:meth:`Lease.adopt <django_semaphore.lease.Lease.adopt>`: see there.
+
+    ``adopter`` names who adopts (a Celery task id): the same adopter may adopt
+    a ticket again; by default each call is an adopter of its own.
+    """
     lease = lease_from_ticket(lease_class, ticket)
+    client = connection.get_client()
     if verify:
         _verified(lease, lease.refresh())
+    _claimed(lease, run(client, claim_op(lease, adopter or os.urandom(8).hex())))
     if meta:
-        run(connection.get_client(), annotate_op(lease, meta))
+        run(client, annotate_op(lease, meta))
     return lease
 
 
 async def aadopt(
-    lease_class: type[Lease], ticket: str, verify: bool = True, meta: dict[str, Any] | None = None
+    lease_class: type[Lease],
+    ticket: str,
+    verify: bool = True,
+    meta: dict[str, Any] | None = None,
+    adopter: str | None = None,
 ) -> Lease:
     """The asyncio twin of :func:`adopt`."""
     lease = lease_from_ticket(lease_class, ticket)
+    client = connection.get_async_client()
     if verify:
         _verified(lease, await lease.arefresh())
+    _claimed(lease, await arun(client, claim_op(lease, adopter or os.urandom(8).hex())))
     if meta:
-        await arun(connection.get_async_client(), annotate_op(lease, meta))
+        await arun(client, annotate_op(lease, meta))
     return lease

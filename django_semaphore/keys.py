@@ -59,6 +59,7 @@ RANKS = "r"  # ZSET scratch "fair" ranks live owners in; created and deleted in 
 WAKE = "w:"  # LIST per waiter: a push here wakes it (suffix + identifier)
 WAITERS = "m"  # HASH waiter identifier -> "ticket:permits:meta json" ("lua"), while it is queued
 SLOTS = "s"  # STRING bitmap: bit n set while a live holder has slot n ("lua")
+ADOPTED = "a:"  # STRING per handed-off holder: who adopted its ticket (suffix + identifier)
 
 CONTROL = "control"  # <prefix>:control, the runtime overrides
 STATS = "stats"  # <prefix>:stats:<name hash>:<c|h>
@@ -174,6 +175,10 @@ class PartitionKeys:
 
     def wake(self, identifier: str) -> str:
         return self.wake_prefix + identifier
+
+    def adopted(self, identifier: str) -> str:
+        """The mark that holder ``identifier``'s handoff ticket has been adopted (single use)."""
+        return self.base + ADOPTED + identifier
 
     @property
     def partition_hash(self) -> str:

@@ -148,10 +148,12 @@ class Lease:
         release() work here.  With ``verify`` (the default) the slot is
         refreshed at once, which checks that it is still held (one round trip).
         ``meta`` (e.g. ``{"task_id": ...}``) is added to the meta stored with
-        the holder, for the admin to show who holds it now.  Raises
+        the holder, for the admin to show who holds it now.  A ticket is
+        single-use: a second adopt raises
+        :class:`~django_semaphore.handoff.AlreadyAdopted`.  Raises
         :class:`~django_semaphore.handoff.HandoffError` (a SemaphoreError) for
-        a tampered, expired or malformed ticket, an unknown semaphore, or
-        (``verify``) a slot no longer held.
+        a tampered, expired or malformed ticket, an unknown semaphore, one
+        adopted already, or (``verify``) a slot no longer held.
         """
         return handoff.adopt(cls, ticket, verify, meta)
 

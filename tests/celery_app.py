@@ -98,6 +98,36 @@ def export(report, ticket=None):
     return _body(report, Semaphore("reports"), None)
 
 
+@app.task(name="tests.bound_job", bind=True)
+@semaphore_task(JOBS, key=lambda label, tenant=None: tenant)
+def bound_job(self, label, tenant=None):
+    """``bind=True``: the task instance comes first (and is not part of a parked message)."""
+    assert self.name == "tests.bound_job"
+    return _body(label, JOBS, tenant)
+
+
+@app.task(name="tests.retrying")
+@semaphore_task(JOBS)
+def retrying(label):
+    """Retries once (``retry(countdown=0.2)``) before doing its work."""
+    client = connection.get_client()
+    client.rpush(rec(f"attempts:{label}"), retrying.request.retries)
+    client.expire(rec(f"attempts:{label}"), RECORD_TTL)
+    if retrying.request.retries == 0:
+        raise retrying.retry(countdown=0.2)
+    return _body(label, JOBS, None)
+
+
+@app.task(name="tests.late_job", acks_late=True, reject_on_worker_lost=True)
+@semaphore_task(JOBS)
+def late_job(label):
+    """acks_late: redelivered when its worker process dies.  Records its pid (for the test to kill)."""
+    client = connection.get_client()
+    client.rpush(rec(f"pids:{label}"), os.getpid())
+    client.expire(rec(f"pids:{label}"), RECORD_TTL)
+    return _body(label, JOBS, None)
+
+
 @app.task(name="tests.followed")
 def followed(result, tag="link"):
     """What comes after a job (its chain's next task, or its link): records ``tag:result``."""

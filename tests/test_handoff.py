@@ -11,8 +11,8 @@ import time
 import pytest
 from django.core import signing
 
-from django_semaphore import Semaphore, SemaphoreError, refresh, semaphores
-from django_semaphore.handoff import HandoffError
+from django_semaphore import Semaphore, SemaphoreError, handoff, refresh, semaphores
+from django_semaphore.handoff import AlreadyAdopted, HandoffError
 from django_semaphore.lease import Lease
 from tests import handoff_site
 from tests.helpers import names_of, wait_until
@@ -105,6 +105,8 @@ def test_an_expired_ticket_is_refused(monkeypatch):
     def refused():
         try:
             Lease.adopt(ticket, verify=False)
+        except AlreadyAdopted:  # the first call adopted it: single-use
+            return None
         except HandoffError as exc:
             return str(exc)
         return None
@@ -246,3 +248,43 @@ def test_the_slot_numbers_go_with_the_ticket():
     assert adopted.slots == second.slots and adopted.permits == second.permits
     adopted.release()
     first.release()
+
+
+def test_a_ticket_is_single_use(backend_redis):
+    sem = Semaphore("ho-once", limit=1, timeout=30)
+    lease = sem.acquire()
+    ticket = lease.handoff()
+    first = Lease.adopt(ticket)
+    with pytest.raises(AlreadyAdopted, match="single-use"):
+        Lease.adopt(ticket)  # while the first adopter holds it
+    with pytest.raises(AlreadyAdopted):
+        Lease.adopt(ticket, verify=False)
+    assert isinstance(AlreadyAdopted("x"), SemaphoreError)
+    # The mark lives as long as the ticket can be read, in the partition's slot.
+    mark = lease.keys.adopted(lease.identifier)
+    assert 30_000 < backend_redis.pttl(mark) <= (30 + 5 + 1) * 1000
+    assert first.release() is True
+    with pytest.raises(HandoffError):
+        Lease.adopt(ticket)  # released: no longer held, and adopted already
+
+
+def test_the_same_adopter_may_adopt_again():
+    # A Celery task redelivered after its run died adopts its message's ticket again.
+    sem = Semaphore("ho-again", limit=1, timeout=30)
+    ticket = sem.acquire().handoff()
+    first = handoff.adopt(Lease, ticket, adopter="task-1")
+    again = handoff.adopt(Lease, ticket, adopter="task-1")
+    assert again.identifier == first.identifier
+    with pytest.raises(AlreadyAdopted):
+        handoff.adopt(Lease, ticket, adopter="task-2")
+    assert again.release() is True
+
+
+@pytest.mark.asyncio
+async def test_aadopt_is_single_use_too():
+    sem = Semaphore("ho-aonce", limit=1, timeout=30)
+    ticket = (await sem.aacquire()).handoff()
+    adopted = await Lease.aadopt(ticket)
+    with pytest.raises(AlreadyAdopted):
+        await Lease.aadopt(ticket)
+    assert await adopted.arelease() is True

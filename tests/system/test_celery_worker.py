@@ -26,7 +26,7 @@ import redis
 pytest.importorskip("celery")
 
 from django_semaphore import Semaphore, refresh
-from django_semaphore.contrib.celery import PARKED_KWARG, parked, queue_key
+from django_semaphore.contrib.celery import LOCK_SUFFIX, PARKED_KWARG, parked, queue_key
 from tests.helpers import ROOT, wait_until
 
 BROKER_DB = 7
@@ -317,3 +317,145 @@ def test_a_duplicate_of_a_sent_task_gives_its_slot_back_and_does_not_run(app, wo
     wait_until(lambda: app.JOBS.holders() == [], 20, message="both slots given back")
     assert [s[0] for s in _starts(raw_redis, rec)] == ["dup"]  # ran once
     assert app.app.AsyncResult(task_id).get(timeout=20) == "dup"
+
+
+def _park(app, task, labels, **options):
+    """Send ``task`` once per label, one at a time, each parked before the next is sent."""
+    results = []
+    for label in labels:
+        results.append(task.apply_async((label,), **options))
+        n = len(results)
+        wait_until(lambda n=n: len(parked(app.JOBS.partition())) >= n, 20, message=f"{label} parked")
+    return results
+
+
+def test_a_parked_task_that_retries_runs_again(app, worker, raw_redis, rec):
+    # Issue 22.1: the retry of a parked task was sent with its spent ticket and dropped.
+    held = _hold(app.JOBS, app.LIMIT)
+    labels = ["t0", "t1", "t2"]
+    results = _park(app, app.retrying, labels)
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    for slot in held:
+        _give_back(slot)
+    assert sorted(r.get(timeout=30) for r in results) == labels
+    for label in labels:  # each ran twice: the retry, then the work
+        assert raw_redis.lrange(rec(f"attempts:{label}"), 0, -1) == [b"0", b"1"]
+    starts = _starts(raw_redis, rec)
+    assert sorted(s[0] for s in starts) == labels and all(own for _, _, _, own in starts)
+    assert int(raw_redis.get(rec("peak"))) <= app.LIMIT
+    wait_until(lambda: app.JOBS.holders() == [], 10, message="every slot released")
+
+
+def test_bound_tasks_park_and_run(app, worker, raw_redis, rec):
+    # Issue 22.6: with bind=True the task instance was put in the parked message (TypeError).
+    labels = [f"b{i}" for i in range(6)]
+    results = [app.bound_job.delay(label) for label in labels]
+    wait_until(lambda: len(_starts(raw_redis, rec)) == app.LIMIT, 20, message="two running")
+    wait_until(lambda: len(parked(app.JOBS.partition())) == 4, 20, message="four parked")
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    assert sorted(r.get(timeout=30) for r in results) == labels
+    assert all(r.state == "SUCCESS" for r in results)
+    assert int(raw_redis.get(rec("peak"))) <= app.LIMIT
+    assert all(own for _, _, _, own in _starts(raw_redis, rec))
+
+
+def test_an_acks_late_task_whose_run_was_killed_runs_again(app, worker, raw_redis, rec):
+    # Issue 22.2: redelivered after its pool process was SIGKILLed, a parked task was "ignored".
+    held = _hold(app.JOBS, app.LIMIT)
+    (result,) = _park(app, app.late_job, ["k1"])
+    _give_back(held[0])
+    wait_until(lambda: raw_redis.llen(rec("pids:k1")) == 1, 20, message="k1 started")
+    first_token = _starts_with_tokens(raw_redis, rec)[0][4]
+    os.kill(int(raw_redis.lindex(rec("pids:k1"), 0)), signal.SIGKILL)
+    t0 = time.monotonic()
+    wait_until(lambda: raw_redis.llen(rec("pids:k1")) == 2, 30, message="k1 redelivered and started again")
+    print(f"\nacks_late redelivery after SIGKILL started in {time.monotonic() - t0:.2f} s")
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    assert result.get(timeout=30) == "k1"
+    starts = _starts_with_tokens(raw_redis, rec)
+    assert [s[0] for s in starts] == ["k1", "k1"] and all(s[3] for s in starts)
+    assert starts[1][4] == first_token  # the redelivered run took over the dead run's slot
+    assert all(s[2] <= app.LIMIT for s in starts)
+    _give_back(held[1])
+    wait_until(lambda: app.JOBS.holders() == [], 10, message="every slot released")
+
+
+def test_one_ticket_never_runs_two_bodies(app, worker, raw_redis, rec):
+    # Issue 22.3: two messages carrying one ticket ran their bodies at once on one slot.
+    reports = Semaphore("reports")
+    task_id = str(uuid.uuid4())
+    ticket = reports.acquire().handoff()
+    app.export.apply_async(("twin",), {"ticket": ticket}, task_id=task_id)
+    wait_until(lambda: _starts(raw_redis, rec), 20, message="one run")
+    # The same message again while it runs (a redelivery after the visibility timeout): it
+    # finds the first run alive (its heartbeat), waits it out and is dropped.
+    app.export.apply_async(("twin",), {"ticket": ticket}, task_id=task_id)
+    dropped = f"Task tests.export[{task_id}] ignored"
+    wait_until(lambda: dropped in worker.output(), 15, message="the duplicate dropped")
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    assert app.app.AsyncResult(task_id).get(timeout=30) == "twin"
+    wait_until(lambda: reports.holders() == [], 20, message="slot released")
+    wait_until(lambda: raw_redis.llen(queue_key(reports.partition())) == 0, 1)  # nothing parked
+    assert [s[0] for s in _starts(raw_redis, rec)] == ["twin"]
+
+
+def test_a_ticket_sent_to_two_tasks_is_adopted_once(app, worker, live_server, raw_redis, rec):
+    reports = Semaphore("reports")
+    ticket = reports.acquire().handoff()
+    first = app.export.delay("e1", ticket=ticket)
+    wait_until(lambda: _starts(raw_redis, rec), 20, message="e1 started")
+    second = app.export.delay("e2", ticket=ticket)
+    with pytest.raises(Exception, match="single-use"):
+        second.get(timeout=20)
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    assert first.get(timeout=20) == "e1"
+    assert [s[0] for s in _starts(raw_redis, rec)] == ["e1"]
+    wait_until(lambda: reports.holders() == [], 10, message="released by e1")
+
+
+def test_revoked_parked_tasks_give_their_slots_back_at_once(app, worker, raw_redis, rec):
+    # Issue 22.5: each revoked parked task held a slot until TIMEOUT.
+    running = [app.job.delay(label) for label in ("r0", "r1")]
+    wait_until(lambda: len(_starts(raw_redis, rec)) == 2, 20, message="two running")
+    labels = ["p0", "p1", "p2", "p3"]
+    results = _park(app, app.job, labels)
+    for result in results[1:3]:
+        app.app.control.revoke(result.id, reply=True, timeout=5)
+    t0 = _now_ms(raw_redis)
+    raw_redis.set(rec("go:r0"), "1", ex=600)
+    raw_redis.set(rec("go:r1"), "1", ex=600)
+    wait_until(lambda: len(_starts(raw_redis, rec)) == 4, 10, interval=0.005, message="p0 and p3 start")
+    starts = _starts(raw_redis, rec)
+    delays = [start[1] - t0 for start in starts[2:]]
+    print(f"\nstarts of the parked tasks after two revokes (ms after the running ones end): {delays}")
+    assert sorted(s[0] for s in starts[2:]) == ["p0", "p3"]
+    assert max(delays) < ONE_SECOND_MS
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    assert [r.get(timeout=20) for r in running] == ["r0", "r1"]
+    assert [results[0].get(timeout=20), results[3].get(timeout=20)] == ["p0", "p3"]
+    wait_until(lambda: results[1].state == "REVOKED" and results[2].state == "REVOKED", 10, message="revoked")
+    wait_until(lambda: app.JOBS.holders() == [], 10, message="every slot released")
+
+
+def test_parked_tasks_start_within_a_second_of_a_release_after_a_worker_restart(
+    app, start_worker, raw_redis, rec
+):
+    # Issue 22.7: the killed worker's dispatcher lock held the partition for seconds.
+    old = start_worker(concurrency=2)
+    held = _hold(app.JOBS, app.LIMIT)
+    results = _park(app, app.job, ["s0", "s1"])
+    # The old worker's dispatcher queues for a slot on s0's behalf: kill it there.
+    lock = app.JOBS.partition().base + LOCK_SUFFIX
+    wait_until(lambda: (raw_redis.get(lock) or b"").startswith(b"w:"), 10, message="dispatcher queued")
+    old.kill()
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    start_worker(concurrency=2)
+    delays = []
+    for n, slot in enumerate(held, start=1):
+        t0 = _now_ms(raw_redis)
+        _give_back(slot)
+        wait_until(lambda n=n: len(_starts(raw_redis, rec)) == n, 10, interval=0.005, message="start")
+        delays.append(_starts(raw_redis, rec)[-1][1] - t0)
+    print(f"\nparked task start delays after a release, worker restarted (ms): {delays}")
+    assert max(delays) < ONE_SECOND_MS
+    assert [r.get(timeout=20) for r in results] == ["s0", "s1"]

@@ -1,0 +1,278 @@
+"""The dispatcher: sends parked tasks again, each with a slot taken on its behalf.
+
+For the first parked task of a partition, the dispatcher takes a slot (its
+holder's meta names the task), hands the lease over in a ticket carried by the
+re-sent message (same task id), and only then removes the message from the
+list.  One dispatcher at a time serves a partition (a lock key that its holder
+renews while it queues for a slot, so a dispatcher that died lets go within
+:data:`LOCK_MS`).  A task that expired while parked, or that this worker knows
+revoked, is sent without a slot: the worker revokes it, as Celery does.
+
+Every Celery worker runs a :class:`Dispatcher` in its main process
+(``worker_ready``); a task that ends dispatches its partition itself, at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from celery import current_app
+
+from ... import connection
+from ...core import Semaphore
+from ...exceptions import SemaphoreBackendError
+from ...lease import Lease
+from . import parking, store
+
+logger = logging.getLogger("django_semaphore")
+
+#: The reserved kwarg carrying a parked task's ticket when the dispatcher sends it again.
+PARKED_KWARG = "_semaphore_parked"
+#: How often each dispatcher thread looks for slots freed elsewhere (releases in other processes, expiry).
+POLL_INTERVAL = 0.5
+#: The lifetime of a partition's dispatcher lock, renewed while its holder is alive.
+LOCK_MS = 1_500
+#: How often a dispatcher that queues for a slot renews its lock.
+KEEP_EVERY = 0.25
+#: Seconds a dispatcher thread queues for a slot at a time (then it looks at the list again).
+WAIT = 5.0
+#: Partitions that get a waiting dispatcher thread each, per process; more are polled.
+MAX_WAITING = 32
+
+
+def dispatch(semaphore: Semaphore, key: str | None, app: Any = None, wait: float = 0) -> int:
+    """Send parked tasks of partition ``key`` again, as many as slots are free; how many were sent.
+
+    For each, in arrival order: a slot is taken on the parked task's behalf
+    (meta: its task name and id), handed off in a ticket the re-sent message
+    carries, and the message is removed from the list once sent.  One
+    dispatcher at a time per partition; any process may call this.  With
+    ``wait``, the dispatcher queues for a slot like any waiter ("lua": woken
+    by the release itself, in milliseconds) for up to ``wait`` seconds.
+    """
+    return _dispatch(semaphore, key, app, wait)[0]
+
+
+def _dispatch(semaphore: Semaphore, key: str | None, app: Any, wait: float) -> tuple[int, bool]:
+    """:func:`dispatch`: (how many were sent, whether a *waiting* dispatcher holds the partition)."""
+    keys = semaphore.partition(key)
+    if not parking.count(keys):
+        return 0, False
+    # The lock's value says whether its holder queues for a slot ("w") or just looks ("n").
+    lock, token = store.lock_key(keys), ("w:" if wait else "n:") + os.urandom(8).hex()
+    if not store.command("SET", lock, token, "NX", "PX", LOCK_MS):
+        holder = store.command("GET", lock)
+        return 0, holder is not None and store.text(holder).startswith("w:")  # another is at it
+    try:
+        with _kept(lock, token, wait):
+            return _send_parked(semaphore, key, app, wait, token), False
+    finally:
+        store.script(store.UNLOCK, (lock,), token)
+
+
+def _send_parked(semaphore: Semaphore, key: str | None, app: Any, wait: float, token: str) -> int:
+    keys = semaphore.partition(key)
+    queue, lock = store.queue_key(keys), store.lock_key(keys)
+    sent = 0
+    while True:
+        head = store.command("LINDEX", queue, 0)
+        if head is None:
+            return sent
+        parked_message = parking.loads(store.text(head))
+        if not store.script(store.RENEW_IF, (lock,), token, LOCK_MS):
+            return sent  # the lock ran out meanwhile: another dispatcher may be at it
+        if parking.expired(parked_message) or _revoked(parked_message):
+            # Sent without a slot: the worker that receives it revokes it (its
+            # result says REVOKED, as for any expired or revoked task).
+            _send(app, parked_message, None)
+        else:
+            meta = {"task": parked_message["task"], "task_id": parked_message["id"], "parked": True}
+            lease = semaphore.acquire(key, wait=wait, meta=meta)
+            if lease is None:
+                return sent
+            ticket = lease.handoff()
+            try:
+                _send(app, parked_message, ticket)
+            except BaseException:
+                # Not sent: give the slot back (the message stays first in line).
+                Lease.adopt(ticket, verify=False).release()
+                raise
+        store.script(store.POP_IF_HEAD, (queue,), head)
+        sent += 1
+
+
+@contextlib.contextmanager
+def _kept(lock: str, token: str, wait: float) -> Iterator[None]:
+    """Keep ``lock`` while a dispatcher queues for a slot (up to ``wait`` seconds at a time)."""
+    if wait <= 0:
+        yield
+        return
+    stop = threading.Event()
+
+    def keep() -> None:
+        while not stop.wait(KEEP_EVERY):
+            try:
+                if not store.script(store.RENEW_IF, (lock,), token, LOCK_MS):
+                    return
+            except SemaphoreBackendError:
+                pass  # the dispatcher's own calls fail too, and say so
+
+    keeper = threading.Thread(target=keep, name="django-semaphore-celery-lock", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join()
+
+
+def _revoked(parked_message: dict[str, Any]) -> bool:
+    """Whether this worker knows the parked task revoked (``celery control revoke``)."""
+    from celery.worker import state
+
+    return parked_message.get("id") in state.revoked
+
+
+def _send(app: Any, parked_message: dict[str, Any], ticket: str | None) -> None:
+    kwargs = dict(parked_message["kwargs"])
+    if ticket is not None:
+        kwargs[PARKED_KWARG] = ticket
+    # send_task: by name, without the argument check of apply_async (the kwarg above is ours).
+    (app or current_app).send_task(
+        parked_message["task"],
+        args=parked_message["args"],
+        kwargs=kwargs,
+        task_id=parked_message["id"],
+        **parked_message["options"],
+    )
+
+
+def dispatch_all(app: Any = None) -> int:
+    """One pass over every partition with parked tasks, without waiting; how many tasks were sent."""
+    return sum(dispatch(semaphore, key, app) for _, semaphore, key in parking.parked_partitions())
+
+
+class Dispatcher:
+    """The threads that send parked tasks again, in one process (:func:`start_dispatcher`).
+
+    The main thread polls the registry every ``interval`` seconds, and at once
+    when a park is announced; each partition with parked tasks gets a thread
+    of its own (up to :data:`MAX_WAITING`) that queues for a slot on the first
+    parked task's behalf, so a release anywhere wakes it at once.  Partitions
+    beyond the cap are dispatched by the poll itself, without waiting.
+    """
+
+    def __init__(self, app: Any = None, interval: float = POLL_INTERVAL) -> None:
+        self.app = app
+        self.interval = interval
+        self._waiting: dict[str, threading.Thread] = {}
+        self._stop = threading.Event()
+        self.thread = threading.Thread(
+            target=self._run, name="django-semaphore-celery-dispatcher", daemon=True
+        )
+
+    def start(self) -> Dispatcher:
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        parking.wake.set()
+        self.thread.join(timeout)
+
+    def _run(self) -> None:
+        subscription = None
+        while not self._stop.is_set():
+            subscription = self._listen(subscription)
+            parking.wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self._poll()
+            except SemaphoreBackendError as exc:
+                logger.warning("Could not dispatch parked tasks: %s", exc)
+            except Exception:  # never let the thread die: parked tasks depend on it
+                logger.exception("Unexpected error dispatching parked tasks")
+        if subscription is not None:
+            with contextlib.suppress(Exception):
+                subscription.close()
+
+    def _listen(self, subscription: Any) -> Any:
+        """Wait up to ``interval`` for a park announced on the registry's channel (any
+        process's park: a PUBLISH) or in this process; the subscription, None if lost."""
+        try:
+            if subscription is None:
+                subscription = connection.get_client().pubsub(ignore_subscribe_messages=True)
+                subscription.subscribe(store.registry_key())
+            subscription.get_message(timeout=self.interval)
+            while subscription.get_message(timeout=0):  # drain: one poll serves them all
+                pass
+            return subscription
+        except Exception:  # Redis away: poll on the timer, subscribe again next time
+            with contextlib.suppress(Exception):
+                subscription.close()
+            parking.wake.wait(self.interval)
+            return None
+
+    def _poll(self) -> None:
+        self._waiting = {field: t for field, t in self._waiting.items() if t.is_alive()}
+        for field, semaphore, key in parking.parked_partitions():
+            if field in self._waiting:
+                continue
+            if len(self._waiting) >= MAX_WAITING:
+                dispatch(semaphore, key, self.app)
+                continue
+            thread = threading.Thread(
+                target=self._wait_on,
+                args=(semaphore, key),
+                name="django-semaphore-celery-waiter",
+                daemon=True,
+            )
+            self._waiting[field] = thread
+            thread.start()
+
+    def _wait_on(self, semaphore: Semaphore, key: str | None) -> None:
+        """Queue for slots of one partition while it has parked tasks."""
+        keys = semaphore.partition(key)
+        while not self._stop.is_set():
+            try:
+                _, waited_on = _dispatch(semaphore, key, self.app, WAIT)
+                if not parking.count(keys):
+                    return
+            except SemaphoreBackendError as exc:
+                logger.warning("Could not dispatch parked tasks: %s", exc)
+                return  # the poll starts another
+            except Exception:
+                logger.exception("Unexpected error dispatching parked tasks")
+                return
+            # Another process's dispatcher queues for this partition: look again soon
+            # (a dead one's lock lapses within LOCK_MS).  One that only looks (a task
+            # that just parked or ended) is done in a few milliseconds.
+            self._stop.wait(self.interval if waited_on else 0.01)
+
+
+_dispatcher: tuple[int, Dispatcher] | None = None
+_dispatcher_lock = threading.Lock()
+
+
+def start_dispatcher(app: Any = None) -> Dispatcher:
+    """Start this process's dispatcher thread (idempotent); Celery workers start it themselves."""
+    global _dispatcher
+    with _dispatcher_lock:
+        if _dispatcher is None or _dispatcher[0] != os.getpid() or not _dispatcher[1].thread.is_alive():
+            _dispatcher = (os.getpid(), Dispatcher(app).start())
+        return _dispatcher[1]
+
+
+def stop_dispatcher() -> None:
+    """Stop this process's dispatcher thread, if it runs."""
+    global _dispatcher
+    with _dispatcher_lock:
+        if _dispatcher is not None and _dispatcher[0] == os.getpid():
+            _dispatcher[1].stop()
+        _dispatcher = None

@@ -1,0 +1,144 @@
+"""Parked tasks: the message of a task that found no slot, kept in Redis until one comes free.
+
+A parked message holds the task's name, id, arguments and the options Celery
+itself sends a request again with (``Task.retry`` does): routing and priority,
+the chain and callbacks that follow, errbacks, chord and group, expiry, time
+limits, the workflow's ids.  It waits in its partition's LIST, in arrival
+order, and the partition is noted in the registry the dispatchers read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+from kombu.utils import json as kombu_json  # Celery's own JSON: dates, UUIDs, decimals
+
+from ...core import Semaphore, semaphores
+from ...keys import PartitionKeys
+from . import store
+
+#: How long parked tasks (and the registry) stay in Redis without any write: a day.
+PARK_TTL = 24 * 3600.0
+
+# Typed handles on kombu's JSON (the task arguments are encoded as Celery encodes them).
+loads = cast(Callable[[str], Any], kombu_json.loads)
+dumps = cast(Callable[[Any], str], kombu_json.dumps)
+
+#: Set by a park or a release in this process: the dispatcher looks now.
+wake = threading.Event()
+
+#: Execution options not sent again: the id is the message's own.
+_NOT_OPTIONS = frozenset({"task_id"})
+
+
+def describe(semaphore: Semaphore, key: str | None) -> dict[str, Any]:
+    """What a dispatcher needs to rebuild ``semaphore`` (ad-hoc ones carry their config)."""
+    entry: dict[str, Any] = {"name": semaphore.name, "key": key}
+    if semaphore.ad_hoc:
+        config = semaphore.config
+        entry["adhoc"] = {"limit": config.limit, "timeout": config.timeout, "algorithm": config.algorithm}
+    return entry
+
+
+def rebuild(entry: dict[str, Any]) -> Semaphore:
+    """The semaphore :func:`describe` described."""
+    adhoc = entry.get("adhoc")
+    if adhoc:
+        return Semaphore(entry["name"], adhoc["limit"], adhoc["timeout"], algorithm=adhoc["algorithm"])
+    return semaphores[entry["name"]]
+
+
+def message(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], entry: dict[str, Any]) -> str:
+    """The parked message of ``task``'s request with ``args`` and ``kwargs`` (JSON)."""
+    request = task.request
+    delivery = getattr(request, "delivery_info", None) or {}
+    options = {
+        k: v for k, v in request.as_execution_options().items() if v is not None and k not in _NOT_OPTIONS
+    }
+    options.update((k, delivery[k]) for k in ("exchange", "routing_key", "priority") if delivery.get(k))
+    parked_message = {
+        **entry,
+        "task": task.name,
+        "id": request.id,
+        "args": list(args),
+        "kwargs": kwargs,
+        "options": options,
+        "parked_at": time.time(),
+    }
+    return dumps(parked_message)
+
+
+def expired(parked_message: dict[str, Any], now: float | None = None) -> bool:
+    """Whether the parked task's ``expires`` (an ISO 8601 time, as Celery sends it) has passed."""
+    expires = parked_message.get("options", {}).get("expires")
+    if isinstance(expires, datetime.datetime):  # (kombu's JSON gives dates back as such)
+        when = expires
+    elif isinstance(expires, str):
+        try:
+            when = datetime.datetime.fromisoformat(expires)
+        except ValueError:
+            return False
+    else:
+        return False
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp() <= (time.time() if now is None else now)
+
+
+def park(semaphore: Semaphore, key: str | None, parked_message: str, *, front: bool = False) -> int:
+    """Park a task message on its partition (at the back, or ``front``); the number parked there."""
+    keys = semaphore.partition(key)
+    ttl = int(max(PARK_TTL, semaphore.config.timeout + 1) * 1000)
+    count = int(
+        store.script(store.PUSH, (store.queue_key(keys),), "LPUSH" if front else "RPUSH", parked_message, ttl)
+    )
+    entry = describe(semaphore, key)
+    entry["nonce"] = os.urandom(8).hex()  # a new value at each park: see celery_unregister.lua
+    store.script(store.REGISTER, (store.registry_key(),), keys.base, json.dumps(entry), ttl)
+    store.command("PUBLISH", store.registry_key(), keys.base)  # dispatchers subscribed look now
+    wake.set()
+    return count
+
+
+def parked(keys: PartitionKeys) -> list[dict[str, Any]]:
+    """The messages of the tasks parked on partition ``keys``, in the order they will be sent."""
+    raw = store.command("LRANGE", store.queue_key(keys), 0, -1) or []
+    return [cast(dict[str, Any], loads(store.text(item))) for item in raw]
+
+
+def count(keys: PartitionKeys) -> int:
+    """How many tasks are parked on partition ``keys``."""
+    return int(store.command("LLEN", store.queue_key(keys)) or 0)
+
+
+def _pairs(registry: str) -> Iterator[tuple[str, str]]:
+    reply = store.command("HGETALL", registry) or {}
+    items = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=True)
+    for field, value in items:
+        yield store.text(field), store.text(value)
+
+
+def parked_partitions() -> Iterator[tuple[str, Semaphore, str | None]]:
+    """(keys' base, semaphore, partition value) of every partition with parked tasks.
+
+    Partitions found empty are forgotten on the way.
+    """
+    registry = store.registry_key()
+    for field, value in _pairs(registry):
+        try:
+            entry = json.loads(value)
+            semaphore, key = rebuild(entry), entry["key"]
+        except Exception:  # an entry of a semaphore no longer configured here: leave it to others
+            continue
+        if semaphore.partition(key).base != field:
+            continue
+        if not count(semaphore.partition(key)):
+            store.script(store.UNREGISTER, (registry,), field, value)
+            continue
+        yield field, semaphore, key

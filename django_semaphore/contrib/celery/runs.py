@@ -1,0 +1,198 @@
+"""Runs: at most one live run of a task id at a time, and none after one completed.
+
+Celery delivers a message more than once in several ways: ``acks_late`` with
+``task_reject_on_worker_lost`` redelivers the message of a run whose worker
+process died; the broker's visibility timeout redelivers a message whose run
+is still going; a dispatcher that died between sending a parked task and
+removing it from the list leaves two messages with one task id.  Each worker
+run of a ``semaphore_task`` therefore *claims* its task id in Redis before it
+takes, adopts or parks a slot (``celery_claim_run.lua``):
+
+* nothing there: the run claims it, as ``run:<host>:<pid>:<nonce>:<lease>``
+  with a short TTL that a thread of the running process renews every second
+  (the heartbeat: a run whose process died lets go within
+  :data:`HEARTBEAT_MS`);
+* ``done``: a run of this task id completed; this message is a duplicate;
+* another live run: this message waits until it ends or its heartbeat stops,
+  at most :data:`HEARTBEAT_MS` plus a second (at once when that run's process,
+  on this host, is gone).  Then it runs (the other died: a redelivery after a
+  crash runs again) or is dropped (the other completed, or is alive: a
+  duplicate).
+
+A run that completes marks its task id ``done`` (kept :data:`DONE_TTL`); one
+that raises, or retries (``self.retry()``), lets it go, so that Celery's next
+delivery or retry of the task runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+from ...exceptions import SemaphoreBackendError
+from ...keys import PartitionKeys
+from . import store
+
+logger = logging.getLogger("django_semaphore")
+
+#: The TTL of a live run's claim: a run whose process died lets go of it within this long.
+HEARTBEAT_MS = 5_000
+#: How often the heartbeat thread renews the claims of the runs in its process.
+HEARTBEAT_EVERY = 1.0
+#: How long a completed run's ``done`` is kept: far longer than a duplicate can take to arrive.
+DONE_TTL = 3600.0
+#: How often a message that found another live run looks again.
+POLL = 0.05
+
+DONE = "done"
+HOST = socket.gethostname()
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A run of a task id claimed by this process: its key and the value it holds."""
+
+    key: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """Another run of the task id: ``done`` (it completed) or alive now, holding lease ``identifier``."""
+
+    done: bool
+    identifier: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Claimant:
+    host: str
+    pid: int
+    identifier: str
+
+    @classmethod
+    def parse(cls, value: str) -> _Claimant | None:
+        parts = value.split(":", 4)
+        if len(parts) != 5 or parts[0] != "run":
+            return None
+        try:
+            return cls(parts[1], int(parts[2]), parts[4])
+        except ValueError:
+            return None
+
+    def dead(self) -> bool:
+        """Whether the claimant's process is gone (only knowable on this host)."""
+        if self.host != HOST or self.pid == os.getpid():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # another user's process: alive
+            return False
+        return False
+
+
+def claim(keys: PartitionKeys, task_id: str, identifier: str = "") -> Run | Duplicate:
+    """Claim the run of ``task_id`` (holding lease ``identifier``, if known yet).
+
+    Waits while another run of the task id is alive, at most until its
+    heartbeat would have stopped: the result is this process's :class:`Run`,
+    or the :class:`Duplicate` it found.
+    """
+    key = store.run_key(keys, task_id)
+    value = f"run:{HOST}:{os.getpid()}:{os.urandom(6).hex()}:{identifier}"
+    deadline = time.monotonic() + HEARTBEAT_MS / 1000.0 + 1.0
+    while True:
+        found = store.script(store.CLAIM_RUN, (key,), value, HEARTBEAT_MS)
+        if found == 1:
+            heartbeat.add(key, value)
+            return Run(key, value)
+        found = store.text(found)
+        if found == DONE:
+            return Duplicate(done=True)
+        other = _Claimant.parse(found)
+        if other is not None and other.dead():
+            # Its process died on this host (a SIGKILLed pool child): take over at once.
+            store.script(store.END_RUN, (key,), found, "", 0)
+            continue
+        if time.monotonic() >= deadline:  # renewed all along: a live run
+            return Duplicate(done=False, identifier=other.identifier if other else "")
+        time.sleep(POLL)
+
+
+def end(run: Run, *, done: bool, ttl: float = DONE_TTL) -> None:
+    """End ``run``: mark the task id ``done`` (kept ``ttl`` seconds), or let it go.
+
+    A Redis failure is logged, not raised: the task's own outcome stands (the
+    claim then expires with its heartbeat).
+    """
+    heartbeat.remove(run.key)
+    try:
+        store.script(store.END_RUN, (run.key,), run.value, DONE if done else "", int(ttl * 1000))
+    except SemaphoreBackendError as exc:
+        logger.warning("Could not record the end of a task's run: %s", exc)
+
+
+class Heartbeat:
+    """The thread that renews the claims of this process's live runs (one per process)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._thread: threading.Thread | None = None
+        self._changed = threading.Event()  # a run added: renew on the new schedule at once
+
+    def add(self, key: str, value: str) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's runs and thread are not ours
+                self._runs, self._pid, self._thread = {}, os.getpid(), None
+                self._changed = threading.Event()
+            self._runs[key] = value
+            self._changed.set()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="django-semaphore-celery-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def remove(self, key: str) -> None:
+        with self._lock:
+            self._runs.pop(key, None)
+
+    def _run(self) -> None:
+        while True:
+            self._changed.wait(HEARTBEAT_EVERY)
+            self._changed.clear()
+            with self._lock:
+                if self._pid != os.getpid():
+                    return
+                runs = list(self._runs.items())
+            for key, value in runs:
+                try:
+                    if not store.script(store.RENEW_IF, (key,), value, HEARTBEAT_MS):
+                        self._lost(key, value)
+                except SemaphoreBackendError as exc:
+                    logger.warning("Could not renew a task's run claim: %s", exc)
+                except Exception:  # never let the thread die: live runs depend on it
+                    logger.exception("Unexpected error renewing a task's run claim")
+
+    def _lost(self, key: str, value: str) -> None:
+        with self._lock:
+            live = self._runs.get(key) == value  # not ended meanwhile
+            if live:
+                del self._runs[key]
+        if live:
+            logger.warning(
+                "A task's run claim was lost while it ran (its heartbeat stopped for over %s ms): "
+                "a redelivery of the task may run it again.",
+                HEARTBEAT_MS,
+            )
+
+
+heartbeat = Heartbeat()

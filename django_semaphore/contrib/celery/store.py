@@ -1,0 +1,79 @@
+"""The Redis keys of ``semaphore_task`` and the calls that reach them.
+
+Every key is under SEMAPHORE_KEY_PREFIX; those of one partition share its
+cluster hash tag (one slot):
+
+* ``<partition>celery:q``: a LIST of the tasks parked there, oldest first;
+* ``<partition>celery:l``: the partition's dispatcher now (a lock);
+* ``<partition>celery:r:<task id digest>``: a task id's run (:mod:`.runs`);
+* ``<prefix>:celery:parked``: a HASH of the partitions with parked tasks,
+  announced on a channel of the same name.
+
+Each write goes through :func:`django_semaphore.scripting.run`, so a Redis
+failure is a :class:`~django_semaphore.SemaphoreBackendError` and the scripts
+(``scripts/celery_*.lua``) are sent as EVALSHA, loaded again on NOSCRIPT.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ... import conf, connection
+from ...keys import PartitionKeys
+from ...scripting import Command, LuaScript, Operation, Request, Script, run
+
+QUEUE_SUFFIX = "celery:q"  # LIST of parked task messages, oldest first
+LOCK_SUFFIX = "celery:l"  # STRING: the dispatcher of this partition now
+RUN_SUFFIX = "celery:r:"  # STRING per task id: its run, live or done (runs.py)
+REGISTRY_SUFFIX = "celery:parked"
+
+PUSH = LuaScript("celery_push")
+POP_IF_HEAD = LuaScript("celery_pop_head")
+REGISTER = LuaScript("celery_register")
+UNREGISTER = LuaScript("celery_unregister")
+CLAIM_RUN = LuaScript("celery_claim_run")
+END_RUN = LuaScript("celery_end_run")
+RENEW_IF = LuaScript("renew_if")
+UNLOCK = LuaScript("unlock")
+
+
+def _one(request: Request) -> Operation[Any]:
+    reply = yield request
+    return reply
+
+
+def command(*words: Any) -> Any:
+    """Send one command; its reply."""
+    return run(connection.get_client(), _one(Command(words)))
+
+
+def script(lua: LuaScript, keys: tuple[str, ...], *args: Any) -> Any:
+    """Run one of the scripts above; its reply."""
+    return run(connection.get_client(), _one(Script(lua, keys, args)))
+
+
+def text(value: Any) -> str:
+    """A reply as text (clients may or may not decode replies)."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
+
+
+def queue_key(keys: PartitionKeys) -> str:
+    """The LIST of tasks parked on partition ``keys``."""
+    return keys.base + QUEUE_SUFFIX
+
+
+def lock_key(keys: PartitionKeys) -> str:
+    """The lock of partition ``keys``'s dispatcher."""
+    return keys.base + LOCK_SUFFIX
+
+
+def run_key(keys: PartitionKeys, task_id: str) -> str:
+    """The run of task ``task_id`` on partition ``keys`` (the id is hashed: any length, any bytes)."""
+    digest = hashlib.sha256(str(task_id).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return keys.base + RUN_SUFFIX + digest
+
+
+def registry_key() -> str:
+    """The HASH of partitions that have (or recently had) parked tasks."""
+    return f"{conf.setting('SEMAPHORE_KEY_PREFIX')}:{REGISTRY_SUFFIX}"

@@ -1,0 +1,116 @@
+"""contrib.celery.dispatcher: parked tasks sent again, each with a slot taken for it (no worker)."""
+
+import time
+
+import pytest
+
+pytest.importorskip("celery")
+
+from django_semaphore import Semaphore
+from django_semaphore.contrib.celery import dispatcher, parking, store
+from django_semaphore.lease import Lease
+from tests.contrib.celery.support import Outbox, message
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+
+def test_parked_tasks_are_sent_in_arrival_order_each_with_a_slot_taken_for_it():
+    sem = Semaphore("cel-order", limit=2, timeout=30)
+    held = [sem.acquire("t1"), sem.acquire("t1")]
+    for n in range(3):
+        assert parking.park(sem, "t1", message(sem, "t1", n)) == n + 1
+    outbox = Outbox()
+    assert dispatcher.dispatch(sem, "t1", outbox) == 0  # no slot free: nothing sent
+    assert [m["id"] for m in parking.parked(sem.partition("t1"))] == ["id-0", "id-1", "id-2"]
+    held[0].release()
+    assert dispatcher.dispatch(sem, "t1", outbox) == 1
+    (sent,) = outbox.sent
+    assert (sent["task"], sent["id"], sent["args"]) == ("app.export", "id-0", [0])
+    ticket = sent["kwargs"].pop(dispatcher.PARKED_KWARG)
+    assert sent["kwargs"] == {"k": 0}
+    holder = [h for h in sem.holders("t1") if h.identifier != held[1].identifier][0]
+    assert holder.meta["task_id"] == "id-0" and holder.meta["parked"] is True
+    lease = Lease.adopt(ticket)
+    assert lease.identifier == holder.identifier and lease.key == "t1"
+    assert [m["id"] for m in parking.parked(sem.partition("t1"))] == ["id-1", "id-2"]
+    lease.release()
+    held[1].release()
+    assert dispatcher.dispatch(sem, "t1", outbox) == 2
+    assert [m["id"] for m in outbox.sent] == ["id-0", "id-1", "id-2"]
+    assert parking.parked(sem.partition("t1")) == []
+
+
+def test_a_failed_send_gives_the_slot_back_and_keeps_the_task_first(prefix_keys):
+    sem = Semaphore("cel-fail", limit=1, timeout=30)
+    parking.park(sem, None, message(sem, None, 0))
+    with pytest.raises(ConnectionError):
+        dispatcher.dispatch(sem, None, Outbox(fail=True))
+    assert sem.available() == 1
+    assert [m["id"] for m in parking.parked(sem.partition())] == ["id-0"]
+    assert not any(key.endswith(store.LOCK_SUFFIX) for key in prefix_keys())  # the lock was let go
+    assert dispatcher.dispatch(sem, None, Outbox()) == 1
+
+
+def test_a_task_that_expired_while_parked_is_sent_without_a_slot():
+    sem = Semaphore("cel-expired", limit=1, timeout=30)
+    held = sem.acquire()
+    gone = {"expires": "2000-01-01T00:00:00+00:00", "link": [{"task": "app.next"}], "priority": 3}
+    later = {"expires": "2999-01-01T00:00:00+00:00", "chain": [{"task": "app.next"}]}
+    parking.park(sem, None, message(sem, None, 0, gone))
+    parking.park(sem, None, message(sem, None, 1, later))
+    held.release()
+    outbox = Outbox()
+    assert dispatcher.dispatch(sem, None, outbox) == 2
+    expired, live = outbox.sent
+    # The expired one goes out as it came (the worker revokes it) and takes no slot...
+    assert (expired["id"], expired["kwargs"], expired["options"]) == ("id-0", {"k": 0}, gone)
+    # ...which the next one gets, with its ticket and options.
+    assert live["id"] == "id-1" and live["options"] == later
+    assert Lease.adopt(live["kwargs"].pop(dispatcher.PARKED_KWARG)).release()
+    assert parking.parked(sem.partition()) == []
+
+
+def test_one_dispatcher_at_a_time_per_partition(backend_redis):
+    sem = Semaphore("cel-lock", limit=1, timeout=30)
+    parking.park(sem, None, message(sem, None, 0))
+    backend_redis.set(sem.partition().base + store.LOCK_SUFFIX, "someone else", px=5000)
+    assert dispatcher.dispatch(sem, None, Outbox()) == 0
+    backend_redis.delete(sem.partition().base + store.LOCK_SUFFIX)
+    assert dispatcher.dispatch(sem, None, Outbox()) == 1
+
+
+def test_dispatch_all_finds_every_parked_partition_and_forgets_empty_ones(backend_redis):
+    sem = Semaphore("cel-all", limit=1, timeout=30)
+    for key in ("a", "b"):
+        parking.park(sem, key, message(sem, key, key))
+    assert (
+        backend_redis.ttl(store.registry_key()) > 3600
+        and backend_redis.ttl(store.queue_key(sem.partition("a"))) > 3600
+    )
+    outbox = Outbox()
+    assert dispatcher.dispatch_all(outbox) == 2
+    assert sorted(m["id"] for m in outbox.sent) == ["id-a", "id-b"]
+    assert backend_redis.hlen(store.registry_key()) == 2
+    assert dispatcher.dispatch_all(outbox) == 0  # empty: the partitions are forgotten
+    assert backend_redis.hlen(store.registry_key()) == 0
+
+
+def test_the_dispatcher_queues_for_a_slot_and_sends_at_the_release():
+    sem = Semaphore("cel-disp", limit=1, timeout=30)
+    held = sem.acquire()
+    outbox = Outbox()
+    thread = dispatcher.Dispatcher(outbox).start()
+    try:
+        parking.park(sem, None, message(sem, None, 0))  # announced: the dispatcher starts waiting
+        # It queues like any waiter, on the parked task's behalf (the admin lists it).
+        wait_until(lambda: [w.meta.get("task_id") for w in sem.waiters()] == ["id-0"], 5, message="queued")
+        released = time.monotonic()
+        held.release()
+        wait_until(lambda: outbox.sent, 1, interval=0.002, message="sent within a second")
+        print(f"\nrelease -> parked task sent: {(time.monotonic() - released) * 1000:.1f} ms")
+        (holder,) = sem.holders()
+        assert holder.meta["task_id"] == "id-0" and parking.parked(sem.partition()) == []
+    finally:
+        thread.stop()
+    assert not thread.thread.is_alive()

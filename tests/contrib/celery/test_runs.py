@@ -1,0 +1,94 @@
+"""contrib.celery.runs: one live run of a task id at a time, none after one completed."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("celery")
+
+from django_semaphore import Semaphore
+from django_semaphore.contrib.celery import runs, store
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.usefixtures("backend")
+
+
+@pytest.fixture
+def keys():
+    return Semaphore("cel-runs", limit=1, timeout=30).partition("p")
+
+
+@pytest.fixture
+def quick(monkeypatch):
+    """A short heartbeat, so that waiting out a run takes a fraction of a second."""
+    monkeypatch.setattr(runs, "HEARTBEAT_MS", 300)
+    monkeypatch.setattr(runs, "HEARTBEAT_EVERY", 0.05)
+
+
+def test_a_completed_run_makes_later_messages_duplicates(keys, backend_redis):
+    run = runs.claim(keys, "t-1", "lease-a")
+    assert isinstance(run, runs.Run)
+    runs.end(run, done=True)
+    assert runs.claim(keys, "t-1", "lease-b") == runs.Duplicate(done=True)
+    assert 3_500_000 < backend_redis.pttl(store.run_key(keys, "t-1")) <= 3_600_000
+
+
+def test_a_run_that_raised_or_retried_lets_its_task_id_go(keys):
+    run = runs.claim(keys, "t-2")
+    runs.end(run, done=False)
+    again = runs.claim(keys, "t-2")
+    assert isinstance(again, runs.Run) and again.value != run.value
+    runs.end(again, done=True)
+
+
+def test_a_live_run_is_waited_out_then_the_message_is_a_duplicate(keys, quick):
+    run = runs.claim(keys, "t-3", "lease-a")  # renewed by this process's heartbeat
+    started = time.monotonic()
+    found = runs.claim(keys, "t-3", "lease-b")
+    waited = time.monotonic() - started
+    assert found == runs.Duplicate(done=False, identifier="lease-a")
+    assert 0.3 <= waited < 3  # the heartbeat's TTL plus a second, not longer
+    runs.end(run, done=True)
+
+
+def test_a_run_whose_heartbeat_stopped_is_taken_over(keys, quick, backend_redis):
+    # Another host's run whose process died: nothing renews its claim.
+    backend_redis.set(store.run_key(keys, "t-4"), "run:elsewhere:1:abc:lease-a", px=300)
+    run = runs.claim(keys, "t-4", "lease-b")
+    assert isinstance(run, runs.Run)
+    runs.end(run, done=True)
+
+
+def test_a_run_of_a_dead_process_on_this_host_is_taken_over_at_once(keys, backend_redis):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    backend_redis.set(store.run_key(keys, "t-5"), f"run:{runs.HOST}:{dead.pid}:abc:lease-a", px=60_000)
+    started = time.monotonic()
+    run = runs.claim(keys, "t-5", "lease-b")
+    assert isinstance(run, runs.Run) and time.monotonic() - started < 0.5
+    runs.end(run, done=True)
+
+
+def test_the_heartbeat_keeps_a_live_runs_claim(keys, quick, backend_redis):
+    run = runs.claim(keys, "t-6")
+    key = store.run_key(keys, "t-6")
+    time.sleep(1.0)  # three TTLs: the claim lives on only if it is renewed
+    assert backend_redis.get(key).decode() == run.value
+    runs.end(run, done=False)
+    assert not backend_redis.exists(key)
+
+
+def test_the_end_of_another_processs_run_is_not_ours(keys, backend_redis):
+    run = runs.claim(keys, "t-7")
+    backend_redis.set(run.key, "run:elsewhere:1:xyz:", px=60_000)  # taken over meanwhile
+    runs.end(run, done=True)
+    assert backend_redis.get(run.key) == b"run:elsewhere:1:xyz:"
+
+
+def test_a_lost_claim_is_logged_once(keys, quick, backend_redis, caplog):
+    run = runs.claim(keys, "t-8")
+    backend_redis.set(run.key, "run:elsewhere:1:xyz:", px=60_000)
+    wait_until(lambda: "claim was lost" in caplog.text, 5, message="the warning")
+    assert caplog.text.count("claim was lost") == 1
