@@ -4,7 +4,7 @@
 |----|------|
 | E001 | SEMAPHORES is not a dict |
 | E002 | an entry is not a dict, or its name is not a non-empty string |
-| E003 | LIMIT missing or not an int >= 1 |
+| E003 | LIMIT missing or not an int from 1 to 1,000,000 (MAX_LIMIT) |
 | E004 | TIMEOUT not a positive number |
 | E005 | WAIT not a number >= 0 |
 | E006 | KEY not None, "ip", "user", "header:<Name>", a callable or a dotted path |
@@ -27,13 +27,14 @@
 | E023 | PERMITS, PRIORITY, MAX_WAITERS or ADAPTIVE with an ALGORITHM other than "lua" |
 | E024 | ADAPTIVE not None or a dict; unknown keys; MIN/MAX not ints; bad INTERVAL, TOLERANCE, MIN_SAMPLES |
 | E025 | ADAPTIVE's MIN above its MAX |
-| E026 | ADAPTIVE's MIN or MAX below 1 |
+| E026 | ADAPTIVE's MIN or MAX outside 1..1,000,000 |
 | E027 | (urls) a ``@semaphore`` view names no SEMAPHORES entry, or a key, permits or priority it refuses |
 | W001 | ALGORITHM "basic" or "fair": over-admits under contention |
 | W002 | (deploy) the django-redis alias has no SOCKET_CONNECT_TIMEOUT / SOCKET_TIMEOUT |
 | W003 | (deploy) Redis cannot be reached |
 | W004 | (deploy) Redis's maxmemory-policy is not noeviction: it may evict live holders |
 | W005 | LIMIT outside ADAPTIVE's [MIN, MAX]: the adaptive limit starts at the nearest bound |
+| W006 | (deploy) Redis persists nothing (save "" and appendonly no): a restart forgets every override |
 | I001 | (deploy) maxmemory-policy cannot be read (CONFIG refused, as on many managed Redis) |
 """
 
@@ -199,18 +200,23 @@ def _where() -> str:
     return "SEMAPHORE_REDIS"
 
 
-def _policies(client: Any) -> list[tuple[str, str]]:
-    """[(server, maxmemory-policy)] of the one server, or of every primary of a cluster."""
+def _config(client: Any, *parameters: str) -> list[tuple[str, dict[str, str]]]:
+    """[(server, {parameter: value})]: ``CONFIG GET`` of each parameter on the one
+    server ("" names it), or on every primary of a cluster (named host:port).
+
+    One CONFIG GET per parameter: Redis 6.2 takes a single one per call.
+    """
     if connection.is_cluster(client):
-        return [
-            (node.name, _policy(node.redis_connection.config_get("maxmemory-policy")))
-            for node in client.get_primaries()
-        ]
-    return [("", _policy(client.config_get("maxmemory-policy")))]
+        servers = [(node.name, node.redis_connection) for node in client.get_primaries()]
+    else:
+        servers = [("", client)]
+    return [
+        (name, {p: _config_value(server.config_get(p), p) for p in parameters}) for name, server in servers
+    ]
 
 
-def _policy(reply: dict[Any, Any]) -> str:
-    value = reply.get("maxmemory-policy", reply.get(b"maxmemory-policy", ""))
+def _config_value(reply: dict[Any, Any], parameter: str) -> str:
+    value = reply.get(parameter, reply.get(parameter.encode(), ""))
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -229,7 +235,10 @@ def check_eviction_policy(
     if _settings_have_errors():
         return []
     try:
-        policies = _policies(connection.get_client())
+        policies = [
+            (server, values["maxmemory-policy"])
+            for server, values in _config(connection.get_client(), "maxmemory-policy")
+        ]
     except (redis.ConnectionError, redis.TimeoutError, RedisClusterException):
         return []  # W003 (check_redis) says the server cannot be reached
     except Exception as exc:
@@ -256,5 +265,45 @@ def check_eviction_policy(
             "and point SEMAPHORE_REDIS at it: another CACHES alias, or SEMAPHORE_REDIS = "
             '{"URL": "redis://…"}. Or set noeviction on this server if nothing on it is a cache.',
             id="django_semaphore.W004",
+        )
+    ]
+
+
+@checks.register("django_semaphore", deploy=True)
+def check_persistence(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Deploy check W006: the semaphore Redis should persist its data (RDB or AOF).
+
+    Runtime overrides live in Redis only: a server that persists nothing
+    (``save ""`` and ``appendonly no``) forgets them when it restarts, an
+    incident's ``sema_set --limit 0`` pause included, and every process goes
+    back to the settings.  Reads ``CONFIG GET save`` and ``appendonly`` from
+    the server, or from every primary of a cluster.  A server that refuses
+    CONFIG (as many managed services do) gets nothing here: I001 already says
+    CONFIG cannot be read; an unreachable one is W003's to report.
+    """
+    if _settings_have_errors():
+        return []
+    try:
+        found = _config(connection.get_client(), "save", "appendonly")
+    except Exception:  # unreachable (W003), or CONFIG refused (I001): nothing to add
+        return []
+    volatile = [
+        server for server, values in found if not values["save"].strip() and values["appendonly"] == "no"
+    ]
+    if not volatile:
+        return []
+    servers = f" (on {', '.join(volatile)})" if any(volatile) else ""
+    return [
+        checks.Warning(
+            f'The Redis in {_where()} persists nothing{servers}: save is "" and appendonly is no, so '
+            "a restart forgets every runtime override (an incident's `sema_set --limit 0` pause "
+            "included) and every process goes back to the settings.",
+            hint="Turn persistence on for that server: appendonly yes (appendfsync everysec), or an "
+            'RDB schedule such as save "3600 1 300 100 60 10000" (on a managed Redis, in its '
+            "parameter group or settings page). Or give the semaphores a Redis server of their own "
+            "that persists, and point SEMAPHORE_REDIS at it.",
+            id="django_semaphore.W006",
         )
     ]

@@ -4,6 +4,10 @@ An override (:meth:`Semaphore.override <django_semaphore.core.Semaphore.override
 is one field of the HASH ``<prefix>:control`` (:func:`~django_semaphore.keys.control_key`):
 semaphore name -> JSON ``{"limit": int|null, "mode": str|null, "at": epoch ms,
 "by": str}``.  It is configuration, not a partition: the key has no TTL.
+A limit is an int from 0 to :data:`~django_semaphore.validation.MAX_LIMIT`:
+anything else is refused before it is written (and by the script that
+writes it), and one found out of range in the HASH is read as the nearest
+bound (:func:`stored_limit`), never as "no limit override".
 
 Every process keeps the overrides of each prefix it uses in memory (the
 *cache*), so an acquire reads the limit and mode in force without a Redis
@@ -62,7 +66,7 @@ from .scripting import (
     execute,
     run,
 )
-from .validation import MODES
+from .validation import MAX_LIMIT, MODES, checked_limit
 
 if TYPE_CHECKING:
     from .validation import SemaphoreConfig
@@ -120,16 +124,32 @@ def parse(raw: Any) -> Override | None:
         return None
     if not isinstance(data, dict):
         return None
-    limit = data.get("limit")
+    limit = stored_limit(data.get("limit"))
     mode = data.get("mode")
-    if not (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0):
-        limit = None
     if mode not in MODES:
         mode = None
     if limit is None and mode is None:
         return None
     at = data.get("at")
     return Override(limit, mode, at if isinstance(at, int) else 0, str(data.get("by") or ""))
+
+
+def stored_limit(value: object) -> int | None:
+    """The limit of a stored override: None for none (JSON null, or not a number); a
+    number out of 0..MAX_LIMIT is clamped to the nearest bound (NaN to 0).
+
+    Nothing this app writes is out of range, but a value written by hand or by an
+    older version (which stored ``--limit 99999999999999999999999`` as -2**63) must
+    not silently become "no limit override", which would put the settings' limit
+    back in force while the operator's override is shown: a number says a limit was
+    meant, and the nearest one in range is applied (the script that merges the next
+    change into the stored value clamps it the same way).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if value != value:  # NaN
+        return 0
+    return int(max(0, min(MAX_LIMIT, value)))
 
 
 def resolve(
@@ -153,12 +173,13 @@ def resolve(
 
 
 def validate(limit: object, mode: object) -> None:
-    """ValueError unless ``limit`` (None or an int >= 0) and ``mode`` (None or a MODE)
-    are valid and at least one is given."""
+    """ValueError unless ``limit`` (None or an int from 0 to MAX_LIMIT) and ``mode``
+    (None or a MODE) are valid and at least one is given: both are checked before
+    anything is written."""
     if limit is None and mode is None:
         raise ValueError("Give a limit, a mode or both (clear_override() goes back to the settings).")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ValueError(f"limit must be an int >= 0 (0 pauses the semaphore), not {limit!r}.")
+    if limit is not None:
+        checked_limit(limit)
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, not {mode!r}.")
 
@@ -493,6 +514,7 @@ def write(
         "" if mode is None else mode,
         int(time.time() * 1000),
         _user_label(user)[:200],
+        MAX_LIMIT,
     )
     reply = yield Script(CONTROL, (control_key(prefix),), args)
     override = None if clear or not reply else parse(reply)

@@ -17,7 +17,7 @@ import numbers
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
@@ -58,6 +58,10 @@ SCHEDULING = ("lua",)
 NAMED_KEYS: dict[str, KeyFunc] = {"ip": partitions.by_ip, "user": partitions.by_user}
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 MAX_PREFIX_LENGTH = 64
+#: The largest limit anywhere: LIMIT, ADAPTIVE's MIN and MAX, a runtime override.
+#: Far above any real concurrency, and far below where Redis's numbers (doubles in
+#: Lua, 64-bit ints in ZSET scores and JSON) would round or overflow.
+MAX_LIMIT = 1_000_000
 #: The optional keys of an ADAPTIVE dict and their defaults (MIN and MAX are required).
 ADAPTIVE_DEFAULTS: dict[str, Any] = {
     "INTERVAL": 1.0,
@@ -67,6 +71,8 @@ ADAPTIVE_DEFAULTS: dict[str, Any] = {
 }
 ADAPTIVE_OPTIONS = ("MIN", "MAX", *ADAPTIVE_DEFAULTS)
 _PREFIX_FORBIDDEN = re.compile(r"[{}\s*?\[\]\\]")
+# A limit as typed: ASCII digits only (no sign, "_", space, or other scripts' digits).
+_DIGITS = re.compile(r"[0-9]+")
 
 # An entry without LIMIT (a LIMIT of None is reported differently).
 _MISSING = object()
@@ -143,6 +149,50 @@ def _is_number(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def is_limit(value: object, minimum: int = 0) -> TypeGuard[int]:
+    """True if ``value`` is a limit: an int (not a bool) from ``minimum`` to :data:`MAX_LIMIT`.
+
+    The one rule for every limit: LIMIT and ADAPTIVE's bounds (``minimum`` 1)
+    and runtime overrides (:func:`checked_limit`, :func:`limit_from_text`).
+    """
+    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_LIMIT
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut short: a message never echoes a 5,000-digit number whole."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:30] + "…" + text[-5:]
+
+
+def checked_limit(value: object, what: str = "limit") -> int:
+    """``value`` as a runtime override's limit: an int from 0 (0 pauses) to
+    :data:`MAX_LIMIT`; ValueError (naming ``what``) for anything else -- a str,
+    a float or a bool included."""
+    if is_limit(value):
+        return value
+    raise ValueError(
+        f"{what} must be an int from 0 to {MAX_LIMIT:,} (0 pauses the semaphore), not {_shown(value)}."
+    )
+
+
+def limit_from_text(text: object, what: str = "limit") -> int:
+    """A limit as an operator types it (``sema_set --limit``, the admin form): ASCII
+    digits only, for a number from 0 to :data:`MAX_LIMIT`; ValueError (naming
+    ``what``) otherwise.
+
+    Stricter than ``int()``, which takes "+3", " 7 ", "1_000" and "١٢".
+    """
+    if isinstance(text, str) and _DIGITS.fullmatch(text):
+        digits = text.lstrip("0") or "0"
+        # More digits than MAX_LIMIT has is out of range (and int() refuses 4,300 and more).
+        value = int(digits) if len(digits) <= len(str(MAX_LIMIT)) else MAX_LIMIT + 1
+        if is_limit(value):
+            return value
+    raise ValueError(
+        f"{what} must be a whole number from 0 to {MAX_LIMIT:,} (0 pauses the semaphore), not {_shown(text)}."
+    )
+
+
 def _collect(problems: list[Problem], checked: Checked[T]) -> T:
     """The value of ``checked``; its problems are appended to ``problems``."""
     value, found = checked
@@ -189,16 +239,17 @@ def validate_options(entry: str, raw: Mapping[object, object]) -> list[Problem]:
 
 
 def validate_limit(entry: str, value: object) -> Checked[int | None]:
-    """E003: LIMIT, required, an int >= 1 (``value`` is ``_MISSING`` when absent)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+    """E003: LIMIT, required, an int from 1 to MAX_LIMIT (``value`` is ``_MISSING`` when absent)."""
+    if is_limit(value, 1):
         return value, []
     return None, [
         Problem(
             "django_semaphore.E003",
             f"{entry} has no LIMIT."
             if value is _MISSING
-            else f"{entry}['LIMIT'] is {value!r}; it must be an int >= 1.",
-            "Set LIMIT to how many holders may hold the semaphore at once, e.g. 'LIMIT': 2.",
+            else f"{entry}['LIMIT'] is {_shown(value)}; it must be an int from 1 to {MAX_LIMIT:,}.",
+            "Set LIMIT to how many holders may hold the semaphore at once, e.g. 'LIMIT': 2 "
+            f"(an int from 1 to {MAX_LIMIT:,}).",
         )
     ]
 
@@ -521,7 +572,7 @@ def _adaptive_type_problems(entry: str, value: Mapping[Any, Any]) -> list[Proble
 def validate_adaptive(entry: str, value: object, limit: int | None) -> Checked[AdaptiveConfig | None]:
     """E024: ADAPTIVE, None or a dict of MIN, MAX (ints), INTERVAL, TOLERANCE, MIN_SAMPLES,
     PROBE_INTERVAL;
-    E025: MIN above MAX; E026: MIN or MAX below 1; W005: LIMIT outside [MIN, MAX]."""
+    E025: MIN above MAX; E026: MIN or MAX outside 1..MAX_LIMIT; W005: LIMIT outside [MIN, MAX]."""
     if value is None:
         return None, []
     if not isinstance(value, dict):
@@ -536,13 +587,14 @@ def validate_adaptive(entry: str, value: object, limit: int | None) -> Checked[A
     if problems:
         return None, problems
     low, high = value["MIN"], value["MAX"]
-    if low < 1 or high < 1:
+    if not (is_limit(low, 1) and is_limit(high, 1)):
         return None, [
             Problem(
                 "django_semaphore.E026",
-                f"{entry}['ADAPTIVE'] has MIN {low!r} and MAX {high!r}; both must be >= 1.",
-                "The adaptive limit never goes below MIN: use at least 1 (an override of limit 0 "
-                "pauses a semaphore).",
+                f"{entry}['ADAPTIVE'] has MIN {_shown(low)} and MAX {_shown(high)}; both must be "
+                f"from 1 to {MAX_LIMIT:,}.",
+                "The adaptive limit stays within [MIN, MAX]: use bounds from 1 (an override of "
+                f"limit 0 pauses a semaphore) to {MAX_LIMIT:,}.",
             )
         ]
     if low > high:

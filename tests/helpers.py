@@ -15,6 +15,33 @@ from django.db import close_old_connections
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+#: Limits that every way of setting one must refuse (LIMIT and ADAPTIVE in settings, an
+#: ad-hoc Semaphore, override() and aoverride()): out of 0..1,000,000, or not an int.
+HOSTILE_LIMITS = (10**6 + 1, 10**20, 2**63 - 1, 2**53 + 1, -1, 1.5, "3", True, "١٢", "1_000", "+3", " 7 ", "")
+#: The same as an operator types them (``sema_set --limit``, the admin form): anything
+#: but ASCII digits for a number from 0 to 1,000,000.
+HOSTILE_LIMIT_TEXTS = (
+    "1000001",
+    str(10**20),
+    "99999999999999999999999",
+    str(2**63 - 1),
+    str(2**53 + 1),
+    "9" * 5000,
+    "-1",
+    "1.5",
+    "3.0",
+    "1e3",
+    "0x10",
+    "True",
+    "١٢",
+    "1_000",
+    "+3",
+    " 7 ",
+    "7\n",
+    "",
+)
+
+
 def wait_until(predicate, timeout=10.0, interval=0.02, message="condition"):
     """Poll ``predicate`` until it returns a true value; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -391,7 +391,7 @@ def test_a_configured_adaptive_semaphore(settings):
     [
         ({"MIN": 1}, "has no MAX"),
         ({"MIN": 5, "MAX": 2}, "above MAX"),
-        ({"MIN": 0, "MAX": 2}, ">= 1"),
+        ({"MIN": 0, "MAX": 2}, "from 1 to 1,000,000"),
         ({"MIN": 1, "MAX": 2, "TOLERANCE": 1}, "TOLERANCE"),
         ({"MIN": 1, "MAX": 2, "STEP": 1}, "unknown"),
     ],

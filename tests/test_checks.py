@@ -11,6 +11,7 @@ from django.core.checks import Error, Info, Warning, run_checks
 from django.core.exceptions import ImproperlyConfigured
 
 from django_semaphore import Semaphore, connection, semaphores
+from tests.helpers import HOSTILE_LIMITS
 from tests.servers import RedisServer, free_port, redis_server_binary
 
 GOOD = {"LIMIT": 2, "TIMEOUT": 5}
@@ -167,6 +168,52 @@ def test_using_a_bad_connection_setting_raises_with_the_same_words(settings, cas
     assert message.msg in str(info.value) and message.hint in str(info.value)
 
 
+def _limit_id(value):
+    return repr(value)[:24]
+
+
+@pytest.mark.parametrize("limit", HOSTILE_LIMITS, ids=_limit_id)
+def test_a_limit_above_a_million_or_not_an_int_is_e003_naming_the_bound(settings, limit):
+    _apply(settings, entry(LIMIT=limit))
+    (message,) = ours()
+    assert message.id == "django_semaphore.E003"
+    assert "1,000,000" in message.msg and "1,000,000" in message.hint
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {"MIN": 1, "MAX": 10**6 + 1},
+        {"MIN": 1, "MAX": 10**20},
+        {"MIN": 2**63 - 1, "MAX": 2**63 - 1},
+        {"MIN": 2**53 + 1, "MAX": 2**53 + 1},
+        {"MIN": -1, "MAX": 4},
+    ],
+    ids=_limit_id,
+)
+def test_adaptive_bounds_above_a_million_are_e026_naming_the_bound(settings, bounds):
+    _apply(settings, entry(ADAPTIVE=bounds))
+    (message,) = ours()
+    assert message.id == "django_semaphore.E026"
+    assert "1,000,000" in message.msg and "1,000,000" in message.hint
+
+
+@pytest.mark.parametrize("bound", [1.5, "3", True, "١٢", "1_000", "+3", " 7 ", ""], ids=_limit_id)
+def test_adaptive_bounds_that_are_not_ints_are_e024(settings, bound):
+    for bounds in ({"MIN": bound, "MAX": 4}, {"MIN": 1, "MAX": bound}):
+        _apply(settings, entry(ADAPTIVE=bounds))
+        assert [m.id for m in ours()] == ["django_semaphore.E024"]
+
+
+def test_a_million_is_the_largest_limit_and_adaptive_max(settings):
+    settings.SEMAPHORES = {
+        "wide": {"LIMIT": 10**6},
+        "adaptive": {"LIMIT": 10**6, "ADAPTIVE": {"MIN": 10**6, "MAX": 10**6}},
+    }
+    assert ours() == []
+    assert semaphores["wide"].effective() == (10**6, "enforce", "settings")
+
+
 @pytest.mark.parametrize("algorithm", ["basic", "fair"])
 def test_over_admitting_algorithms_get_a_warning(settings, algorithm):
     settings.SEMAPHORES = {"loose": {"LIMIT": 2, "ALGORITHM": algorithm}}
@@ -251,13 +298,22 @@ def test_deploy_check_reports_an_unreachable_redis(settings):
 
 def test_deploy_check_wants_socket_timeouts_on_the_alias(settings, redis_url):
     settings.CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": redis_url}}
-    messages = ours(include_deployment_checks=True)
+    messages = but_persistence(ours(include_deployment_checks=True))
     assert [m.id for m in messages] == ["django_semaphore.W002"]
     assert "SOCKET_CONNECT_TIMEOUT" in messages[0].hint
 
 
 def test_deploy_checks_pass_with_the_test_settings():
-    assert ours(include_deployment_checks=True) == []
+    """But for W006: the session's throwaway server persists nothing, on purpose."""
+    assert [m.id for m in ours(include_deployment_checks=True)] == [PERSISTENCE]
+
+
+PERSISTENCE = "django_semaphore.W006"
+
+
+def but_persistence(messages):
+    """``messages`` without W006 (the test servers persist nothing unless a test asks)."""
+    return [m for m in messages if m.id != PERSISTENCE]
 
 
 # -- maxmemory-policy (deploy) --------------------------------------------------------
@@ -286,7 +342,7 @@ EVICTION_IDS = ("django_semaphore.W004", "django_semaphore.I001")
 def test_deploy_check_warns_when_redis_may_evict_holders(settings, policy):
     with redis_with("--maxmemory-policy", policy) as server:
         settings.SEMAPHORE_REDIS = {"URL": server.url}
-        messages = ours(include_deployment_checks=True)
+        messages = but_persistence(ours(include_deployment_checks=True))
     print([(m.id, m.msg, m.hint) for m in messages])
     assert [m.id for m in messages] == ["django_semaphore.W004"]
     (message,) = messages
@@ -306,7 +362,7 @@ def test_deploy_check_warns_for_the_cache_alias_too(settings):
             }
         }
         settings.SEMAPHORE_REDIS = "default"
-        messages = ours(include_deployment_checks=True)
+        messages = but_persistence(ours(include_deployment_checks=True))
     assert [m.id for m in messages] == ["django_semaphore.W004"]
     assert "CACHES['default']" in messages[0].msg
 
@@ -314,7 +370,7 @@ def test_deploy_check_warns_for_the_cache_alias_too(settings):
 def test_deploy_check_is_quiet_with_noeviction(settings):
     with redis_with("--maxmemory-policy", "noeviction", "--maxmemory", "100mb") as server:
         settings.SEMAPHORE_REDIS = {"URL": server.url}
-        assert ours(include_deployment_checks=True) == []
+        assert but_persistence(ours(include_deployment_checks=True)) == []
 
 
 @pytest.mark.parametrize("how", ["renamed", "acl"])
@@ -349,7 +405,7 @@ def test_deploy_check_reads_every_cluster_primary(settings, redis_cluster):
         assert policy_messages() == []
         admin.config_set("maxmemory-policy", "volatile-lru")
         try:
-            messages = ours(include_deployment_checks=True)
+            messages = but_persistence(ours(include_deployment_checks=True))
         finally:  # the session's cluster: put it back as it was
             admin.config_set("maxmemory-policy", "noeviction")
             connection.reset()
@@ -364,6 +420,90 @@ def test_deploy_check_reads_every_cluster_primary(settings, redis_cluster):
 def test_deploy_check_on_an_unreachable_redis_reports_it_once(settings):
     settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{free_port()}/0"}
     assert [m.id for m in ours(include_deployment_checks=True)] == ["django_semaphore.W003"]
+
+
+# -- persistence (deploy) ------------------------------------------------------------
+
+
+def persistence_messages():
+    return [m for m in ours(include_deployment_checks=True) if m.id == PERSISTENCE]
+
+
+def test_deploy_check_warns_when_redis_persists_nothing(settings):
+    """A restart of such a server forgets every override, an incident's pause included."""
+    with redis_with() as server:  # save "" and appendonly no
+        settings.SEMAPHORE_REDIS = {"URL": server.url}
+        messages = ours(include_deployment_checks=True)
+    print([(m.id, m.msg, m.hint) for m in messages])
+    assert [m.id for m in messages] == [PERSISTENCE]
+    (message,) = messages
+    assert isinstance(message, Warning)
+    assert "SEMAPHORE_REDIS" in message.msg and "override" in message.msg
+    assert "appendonly yes" in message.hint and "save" in message.hint
+
+
+def test_the_persistence_warning_names_the_cache_alias(settings):
+    with redis_with() as server:
+        settings.CACHES = {
+            "default": {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": server.url,
+                "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2},
+            }
+        }
+        settings.SEMAPHORE_REDIS = "default"
+        (message,) = persistence_messages()
+    assert "CACHES['default']" in message.msg
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--appendonly", "yes"), ("--save", "3600 1"), ("--save", "900 1 300 10", "--appendonly", "yes")],
+    ids=["aof", "rdb", "both"],
+)
+def test_deploy_check_is_quiet_when_redis_persists(settings, args):
+    with redis_with(*args) as server:
+        settings.SEMAPHORE_REDIS = {"URL": server.url}
+        assert ours(include_deployment_checks=True) == []
+
+
+@pytest.mark.parametrize("how", ["renamed", "acl"])
+def test_persistence_without_config_access_is_not_a_warning_or_a_crash(settings, how):
+    """A managed Redis that refuses CONFIG: nothing said about persistence (I001 already
+    says CONFIG cannot be read)."""
+    args = ()
+    if how == "renamed":
+        args += ("--rename-command", "CONFIG", "CONFIG-disabled-here")
+    with redis_with(*args) as server:
+        url = server.url
+        if how == "acl":
+            with redis.Redis(port=server.port) as admin:
+                admin.acl_setuser(
+                    "app", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-config"]
+                )
+            url = f"redis://app:pw@127.0.0.1:{server.port}/0"
+        settings.SEMAPHORE_REDIS = {"URL": url}
+        messages = ours(include_deployment_checks=True)
+    assert [m.id for m in messages] == ["django_semaphore.I001"]
+
+
+def test_persistence_is_read_from_every_cluster_primary(settings, redis_cluster):
+    node = redis_cluster.nodes[1]
+    settings.SEMAPHORE_REDIS = {"URL": redis_cluster.url, "CLUSTER": True}
+    (message,) = persistence_messages()
+    for each in redis_cluster.nodes:
+        assert f"127.0.0.1:{each.port}" in message.msg
+    with redis.Redis(port=node.port) as admin:
+        admin.config_set("save", "3600 1")
+        try:
+            (message,) = persistence_messages()
+        finally:  # the session's cluster: put it back as it was
+            admin.config_set("save", "")
+            connection.reset()
+    assert f":{node.port}" not in message.msg
+    for other in redis_cluster.nodes:
+        if other is not node:
+            assert f"127.0.0.1:{other.port}" in message.msg
 
 
 def test_scheduling_options_accept_ints_callables_and_dotted_paths(settings):

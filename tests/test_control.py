@@ -21,7 +21,9 @@ from django_semaphore import (
     signals,
 )
 from django_semaphore.keys import control_key
-from tests.helpers import wait_until
+from django_semaphore.scripting import run
+from tests.helpers import HOSTILE_LIMITS, wait_until
+from tests.servers import RedisServer, redis_server_binary
 
 SEED_ALGORITHMS = ("fair_locked", "fair", "basic")
 
@@ -116,6 +118,113 @@ def test_a_bad_value_keeps_an_earlier_override(raw_redis, key_prefix):
     with pytest.raises(ValueError):
         sem.override(limit=4, mode="nope")
     assert stored(raw_redis, key_prefix, "reports") == before
+
+
+def _limit_id(value):
+    return repr(value)[:24]
+
+
+@pytest.mark.parametrize("limit", HOSTILE_LIMITS, ids=_limit_id)
+def test_a_limit_outside_0_to_a_million_is_refused_and_nothing_is_written(
+    limit, raw_redis, key_prefix, changes
+):
+    """10**20 used to be stored as -2**63 (and read as "no limit override": the settings'
+    limit), 2**53 + 1 as 2**53: refused now, the earlier override untouched, and a
+    mode given with it is not applied either."""
+    sem = semaphores["reports"]
+    sem.override(limit=1, mode="dry_run")
+    before = stored(raw_redis, key_prefix, "reports")
+    with pytest.raises(ValueError, match="from 0 to 1,000,000"):
+        sem.override(limit=limit)
+    with pytest.raises(ValueError, match="from 0 to 1,000,000"):
+        sem.override(limit=limit, mode="enforce")
+    assert stored(raw_redis, key_prefix, "reports") == before
+    assert sem.effective(fresh=True) == (1, "dry_run", "override")
+    assert len(changes) == 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("limit", HOSTILE_LIMITS, ids=_limit_id)
+async def test_aoverride_refuses_the_same_limits(limit, raw_redis, key_prefix, changes):
+    sem = Semaphore("alimits", limit=3, timeout=5)
+    with pytest.raises(ValueError, match="from 0 to 1,000,000"):
+        await sem.aoverride(limit=limit, mode="dry_run")
+    assert raw_redis.exists(control_key(key_prefix)) == 0
+    assert await sem.aeffective(fresh=True) == (3, "enforce", "settings")
+    assert changes == []
+
+
+def test_a_million_is_the_largest_limit(raw_redis, key_prefix):
+    sem = semaphores["reports"]
+    assert sem.override(limit=10**6) == (10**6, "enforce", "override")
+    assert stored(raw_redis, key_prefix, "reports")["limit"] == 10**6
+    assert sem.effective(fresh=True) == (10**6, "enforce", "override")
+    assert sem.override(limit=0) == (0, "enforce", "override")
+
+
+@pytest.mark.asyncio
+async def test_aoverride_takes_a_million():
+    sem = Semaphore("amillion", limit=3, timeout=5)
+    assert await sem.aoverride(limit=10**6) == (10**6, "enforce", "override")
+    assert await sem.aeffective(fresh=True) == (10**6, "enforce", "override")
+
+
+@pytest.mark.parametrize(
+    ("raw", "read"),
+    [
+        ("99999999999999999999999", 10**6),
+        ("1000001", 10**6),
+        ("1e300", 10**6),
+        ("-9223372036854775808", 0),  # what `sema_set --limit 99999999999999999999999` used to store
+        ("-1", 0),
+    ],
+)
+def test_a_stored_limit_out_of_range_is_clamped_never_dropped(raw, read, raw_redis, key_prefix):
+    """A limit out of 0..1,000,000 found in the HASH (written by hand, or by an older
+    version) is read as the nearest bound, by every process and by the script that
+    merges the next change into it: never as "no limit override" (the settings' limit)."""
+    value = f'{{"limit":{raw},"mode":"dry_run","at":0,"by":"someone"}}'
+    raw_redis.hset(control_key(key_prefix), "reports", value)
+    sem = semaphores["reports"]
+    assert sem.effective(fresh=True) == (read, "dry_run", "override")
+    assert sem.override(mode="enforce") == (read, "enforce", "override")
+    assert stored(raw_redis, key_prefix, "reports")["limit"] == read
+    assert sem.effective(fresh=True) == (read, "enforce", "override")
+
+
+@pytest.mark.parametrize("limit", [10**6 + 1, 10**20, -1])
+def test_the_script_itself_refuses_a_limit_out_of_range(limit, raw_redis, key_prefix):
+    """Below the Python checks, the script that writes the override refuses a limit out
+    of range: nothing is written (and nothing stored is changed)."""
+    sem = semaphores["reports"]
+    sem.override(limit=1, mode="dry_run")
+    before = stored(raw_redis, key_prefix, "reports")
+    client = connection.get_client()
+    with pytest.raises(SemaphoreBackendError, match="limit"):
+        run(client, control.write(sem.config, limit, "enforce", None, False, False))
+    assert stored(raw_redis, key_prefix, "reports") == before
+
+
+@pytest.mark.parametrize(
+    "persistence", [(), ("--appendonly", "yes", "--appendfsync", "always")], ids=["no-persistence", "aof"]
+)
+def test_an_override_outlives_a_redis_restart_only_with_persistence(persistence, settings):
+    """Overrides live in Redis only (docs/runtime-control.rst): a server that persists
+    nothing forgets an incident's pause when it restarts, and every process goes back to
+    the settings; check --deploy warns about it (W006, tests/test_checks.py)."""
+    if not redis_server_binary():
+        pytest.skip("no redis-server binary")
+    with RedisServer(args=persistence) as server:
+        settings.SEMAPHORE_REDIS = {"URL": server.url, "OPTIONS": {"socket_timeout": 2.0}}
+        try:
+            sem = semaphores["reports"]
+            assert sem.override(limit=0) == (0, "enforce", "override")
+            server.restart()
+            connection.reset()
+            after = (0, "enforce", "override") if persistence else (2, "enforce", "settings")
+            assert sem.effective(fresh=True) == after
+        finally:
+            connection.reset()
 
 
 def test_unknown_semaphore_is_improperly_configured(raw_redis, key_prefix):

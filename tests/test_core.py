@@ -8,7 +8,7 @@ import pytest
 
 from django_semaphore import Semaphore, SemaphoreFull, semaphores
 from django_semaphore.lease import Lease
-from tests.helpers import until, wait_until
+from tests.helpers import HOSTILE_LIMITS, until, wait_until
 
 ALGORITHMS = ["lua", "fair_locked", "fair", "basic"]
 
@@ -105,6 +105,23 @@ def test_ad_hoc_semaphore_validates_its_arguments():
         Semaphore("bad", limit=1, timeout=0)
     with pytest.raises(ValueError, match="ALGORITHM"):
         Semaphore("bad", limit=1, algorithm="magic")
+
+
+@pytest.mark.parametrize("limit", HOSTILE_LIMITS, ids=lambda value: repr(value)[:24])
+def test_an_ad_hoc_limit_or_adaptive_bound_above_a_million_is_a_value_error(limit):
+    with pytest.raises(ValueError, match="1,000,000"):
+        Semaphore("bad", limit=limit)
+    for bounds in ({"MIN": 1, "MAX": limit}, {"MIN": limit, "MAX": 2}):
+        with pytest.raises(ValueError, match="ADAPTIVE"):
+            Semaphore("bad", limit=2, adaptive=bounds)
+
+
+def test_an_ad_hoc_limit_of_a_million_works():
+    sem = Semaphore("million", limit=10**6, timeout=5)
+    lease = sem.acquire(permits=3)
+    assert lease is not None and sem.available() == 10**6 - 3
+    assert lease.release() is True and sem.available() == 10**6
+    assert Semaphore("wide", limit=10**6, adaptive={"MIN": 1, "MAX": 10**6}).effective().limit == 10**6
 
 
 # -- asyncio ------------------------------------------------------------------

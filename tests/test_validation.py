@@ -5,16 +5,22 @@ The system checks built on these (tests/test_checks.py) go through Django; these
 call the validators directly.
 """
 
+import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from django_semaphore import conf, partitions
 from django_semaphore.validation import (
     ENTRY_DEFAULTS,
+    MAX_LIMIT,
     Problem,
+    checked_limit,
+    is_limit,
+    limit_from_text,
     resolve_key,
     validate,
     validate_entry,
 )
+from tests.helpers import HOSTILE_LIMIT_TEXTS, HOSTILE_LIMITS
 
 CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}}
 
@@ -107,3 +113,42 @@ def test_a_problem_raised_carries_its_message_hint_and_id():
     exc = problem.as_exception()
     assert isinstance(exc, ImproperlyConfigured)
     assert str(exc) == "SEMAPHORES['x'] has no LIMIT. HINT: Set LIMIT. (django_semaphore.E003)"
+
+
+# -- limits -------------------------------------------------------------------------------
+
+
+def _limit_id(value):
+    return repr(value)[:24]
+
+
+def test_every_limit_is_bounded_by_one_constant():
+    assert MAX_LIMIT == 1_000_000
+    assert is_limit(0) and is_limit(MAX_LIMIT) and not is_limit(MAX_LIMIT + 1)
+    assert is_limit(1, 1) and not is_limit(0, 1)
+    assert checked_limit(0) == 0 and checked_limit(MAX_LIMIT) == MAX_LIMIT
+
+
+@pytest.mark.parametrize("value", HOSTILE_LIMITS, ids=_limit_id)
+def test_checked_limit_takes_ints_from_0_to_a_million_only(value):
+    assert not is_limit(value)
+    with pytest.raises(ValueError, match="limit must be an int from 0 to 1,000,000"):
+        checked_limit(value)
+
+
+@pytest.mark.parametrize("text", HOSTILE_LIMIT_TEXTS, ids=_limit_id)
+def test_limit_from_text_takes_ascii_digits_up_to_a_million_only(text):
+    with pytest.raises(ValueError, match="--limit must be a whole number from 0 to 1,000,000") as info:
+        limit_from_text(text, what="--limit")
+    assert len(str(info.value)) < 200  # a 5,000-digit number is not echoed whole
+
+
+@pytest.mark.parametrize(("text", "value"), [("0", 0), ("7", 7), ("007", 7), ("1000000", MAX_LIMIT)])
+def test_limit_from_text_reads_plain_digits(text, value):
+    assert limit_from_text(text) == value
+
+
+@pytest.mark.parametrize("value", [None, 7, 7.0, b"7"], ids=_limit_id)
+def test_limit_from_text_wants_a_str(value):
+    with pytest.raises(ValueError):
+        limit_from_text(value)

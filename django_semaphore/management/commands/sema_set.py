@@ -10,8 +10,8 @@ before and after::
 
 Every argument is checked before anything is written: a bad one changes
 nothing.  Exit codes: 0 done, 1 Redis failed, 2 bad arguments (an unknown
-NAME, a limit that is not a whole number >= 0, an unknown mode, no option, or
-``--clear`` with ``--limit`` / ``--mode``).
+NAME, a limit that is not ASCII digits for a number from 0 to 1,000,000, an
+unknown mode, no option, or ``--clear`` with ``--limit`` / ``--mode``).
 """
 
 from __future__ import annotations
@@ -23,22 +23,16 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_semaphore import monitor, semaphores
 from django_semaphore.exceptions import SemaphoreBackendError
-from django_semaphore.validation import MODES
+from django_semaphore.validation import MAX_LIMIT, MODES, limit_from_text
 
 
 def parse_limit(text: str) -> int:
-    """``text`` as a limit: a whole number >= 0 (0 pauses); CommandError otherwise."""
+    """``text`` as a limit: ASCII digits for a number from 0 (0 pauses) to MAX_LIMIT;
+    CommandError (exit code 2) otherwise."""
     try:
-        limit = int(text.strip())
-    except ValueError:
-        raise CommandError(
-            f"--limit must be a whole number >= 0 (0 pauses the semaphore), not {text!r}.", returncode=2
-        ) from None
-    if limit < 0:
-        raise CommandError(
-            f"--limit must be a whole number >= 0 (0 pauses the semaphore), not {limit}.", returncode=2
-        )
-    return limit
+        return limit_from_text(text, what="--limit")
+    except ValueError as exc:
+        raise CommandError(str(exc), returncode=2) from None
 
 
 class Command(BaseCommand):
@@ -53,9 +47,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--limit",
             metavar="N",
-            help="Slots per partition from now on: a whole number >= 0; 0 pauses the semaphore "
-            "(new callers are refused with reason 'paused', holders keep their slots). "
-            "Default: unchanged.",
+            help=f"Slots per partition from now on: a whole number from 0 to {MAX_LIMIT:,} (digits "
+            "0-9 only); 0 pauses the semaphore (new callers are refused with reason 'paused', "
+            "holders keep their slots). Default: unchanged.",
         )
         parser.add_argument(
             "--mode",

@@ -10,6 +10,7 @@ from django.core.management import CommandError, call_command
 from django_semaphore import semaphores, signals
 from django_semaphore.control import Effective
 from django_semaphore.keys import control_key
+from tests.helpers import HOSTILE_LIMIT_TEXTS
 
 # Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py).
 pytestmark = pytest.mark.usefixtures("backend")
@@ -88,13 +89,14 @@ def test_clear_goes_back_to_settings(stored, changes):
     assert changes == [("exports", 4, "enforce", None), ("exports", 1, "dry_run", None)]
 
 
+LIMIT_ERROR = "--limit must be a whole number from 0 to 1,000,000 (0 pauses the semaphore)"
 BAD = {
     "unknown semaphore": (
         ("nope", "--limit", "1"),
         "Unknown semaphore 'nope'. SEMAPHORES has: 'reports', 'exports'.",
     ),
-    "negative limit": (("reports", "--limit", "-1"), "--limit must be a whole number >= 0"),
-    "non-integer limit": (("reports", "--limit", "2.5"), "--limit must be a whole number >= 0"),
+    "negative limit": (("reports", "--limit", "-1"), LIMIT_ERROR),
+    "non-integer limit": (("reports", "--limit", "2.5"), LIMIT_ERROR),
     "word limit": (("reports", "--limit", "many"), "not 'many'"),
     "unknown mode": (
         ("reports", "--mode", "loud"),
@@ -121,6 +123,32 @@ def test_bad_arguments_are_a_command_error_and_write_nothing(args, message, stor
     assert len(changes) == 1
 
 
+@pytest.mark.parametrize("text", HOSTILE_LIMIT_TEXTS, ids=lambda text: repr(text)[:24])
+def test_a_limit_that_is_not_ascii_digits_up_to_a_million_writes_nothing(text, stored, changes):
+    """Not Python's lenient int(): "١٢" used to be stored as 12, "1_000" as 1000, " 7 " as 7,
+    and 10**20 as -2**63 (read back as the settings' limit); with --mode, neither is applied."""
+    run("exports", "--limit", "3")
+    before = stored()
+    for args in (("--limit", text), ("--limit", text, "--mode", "enforce")):
+        with pytest.raises(CommandError) as info:
+            run("exports", *args)
+        assert LIMIT_ERROR in str(info.value)
+        assert len(str(info.value)) < 200  # a 5,000-digit limit is not echoed whole
+        assert info.value.returncode == 2
+    assert stored() == before
+    assert semaphores["exports"].effective() == Effective(3, "dry_run", "override")
+    assert len(changes) == 1
+
+
+def test_a_million_is_the_largest_limit_and_leading_zeros_are_digits(stored):
+    assert run("reports", "--limit", "1000000") == [
+        "reports: limit 5 -> 1000000, mode enforce -> enforce (source settings -> override)."
+    ]
+    assert run("reports", "--limit", "007") == [
+        "reports: limit 1000000 -> 7, mode enforce -> enforce (source override -> override)."
+    ]
+
+
 def test_from_the_command_line_with_exit_code_2(subprocess_env):
     """The real manage.py: a clear message on stderr and exit code 2, nothing on stdout."""
     # --skip-checks: tests.urls guards views with entries only the web tests define (E027).
@@ -128,8 +156,17 @@ def test_from_the_command_line_with_exit_code_2(subprocess_env):
     env = {**subprocess_env, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert "--limit must be a whole number >= 0 (0 pauses the semaphore), not -3." in done.stderr
+    assert f"{LIMIT_ERROR}, not '-3'." in done.stderr
     assert done.stdout == ""
+    huge = subprocess.run(
+        [*command[:-3], "--limit", "99999999999999999999999", "--mode", "dry_run", "--skip-checks"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert huge.returncode == 2, huge.stderr
+    assert LIMIT_ERROR in huge.stderr
     ok = subprocess.run(
         [sys.executable, "-m", "django", "sema_set", "reports", "--mode", "dry_run", "--skip-checks"],
         env=env,
