@@ -174,6 +174,30 @@ Operation = Generator[Request, Any, T]
 #: A redis-py client: Redis or RedisCluster, or their asyncio twins.
 Client = Any
 
+#: Give every KEY a TTL of at least ARGV[1] ms: one on a key that has none (PTTL -1: just
+#: created), a longer one on a key whose TTL is shorter, and never a shorter one.
+LENGTHEN_SOURCE = (
+    "local ttl = tonumber(ARGV[1]) "
+    "for _, key in ipairs(KEYS) do "
+    "if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end "
+    "end"
+)
+
+
+def lengthen(ttl_ms: int, *keys: str) -> tuple[Any, ...]:
+    """The command, for a :class:`Pipe`, that gives each of ``keys`` a TTL of at least
+    ``ttl_ms`` and never shortens one (its reply is None).
+
+    ``PEXPIRE ... NX`` then ``PEXPIRE ... GT`` would do it in plain commands, but
+    those options are Redis 7.0's, and the package supports 6.2: a MULTI cannot
+    choose between two commands by a reply, so a few lines of Lua do, sent with
+    EVAL (a source this short costs less than a NOSCRIPT round trip could: in a
+    MULTI, EVALSHA's NOSCRIPT would come back after the other commands had run,
+    leaving a key they created without a TTL).
+    """
+    return ("EVAL", LENGTHEN_SOURCE, len(keys), *keys, ttl_ms)
+
+
 _MULTI: LuaScript | None = None
 
 
@@ -191,7 +215,15 @@ def _as_script(pipe: Pipe) -> Script:
     keys: list[str] = []
     args: list[Any] = []
     for command in pipe.commands:
-        keys.append(command[1])
+        if command[0] == "EVAL":
+            # A script cannot send EVAL: multi.lua runs lengthen()'s itself.
+            if command[1] != LENGTHEN_SOURCE:
+                raise TypeError("a transaction on the asyncio cluster client can EVAL only lengthen()")
+            names = command[3 : 3 + command[2]]
+            command = ("LENGTHEN", command[3 + command[2]], *names)
+            keys.extend(names)
+        else:
+            keys.append(command[1])
         args.append(len(command))
         args.extend(command)
     return Script(_MULTI, tuple(dict.fromkeys(keys)), tuple(args))

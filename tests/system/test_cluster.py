@@ -126,7 +126,8 @@ def _keys_of(request):
     if type(request) is Script:
         return list(request.keys)
     if type(request) is Pipe:
-        return [c[1] for c in request.commands]
+        # EVAL (scripting.lengthen()) names its keys after the source and their number.
+        return [k for c in request.commands for k in (c[3 : 3 + c[2]] if c[0] == "EVAL" else c[1:2])]
     if type(request) is Command and request.args[0] in ("BLPOP",):
         return [request.args[1]]
     return []
