@@ -128,10 +128,16 @@ if fits or over == 1 then
   local pos = redis.call('BITPOS', KEYS[7], 0)
   redis.call('SETBIT', KEYS[7], pos, 1)
   local taken = tostring(pos)
-  for _ = 2, permits do
-    pos = redis.call('BITPOS', KEYS[7], 0, math.floor(pos / 8))
-    redis.call('SETBIT', KEYS[7], pos, 1)
-    taken = taken .. ',' .. pos
+  if permits > 1 then
+    -- Joined once at the end: appending to a string per permit is quadratic
+    -- (16,000 permits took 1.9 s of the server's time).
+    local list = {taken}
+    for i = 2, permits do
+      pos = redis.call('BITPOS', KEYS[7], 0, math.floor(pos / 8))
+      redis.call('SETBIT', KEYS[7], pos, 1)
+      list[i] = pos
+    end
+    taken = table.concat(list, ',')
   end
   -- The fair counter: the next token is the larger of the last token + 1
   -- and the server time in microseconds. Tokens keep increasing across idle
