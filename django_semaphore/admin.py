@@ -16,7 +16,10 @@ meta (the web layer's and the caller's own); with the ``change`` permission
 they also get the runtime control form (limit, mode, clear override) and the
 force-release and purge-expired buttons.  Every change is logged as a
 :class:`~django.contrib.admin.models.LogEntry`, shown in the admin's recent
-actions and the semaphore's history page.  Lease identifiers are never shown
+actions and the semaphore's history page.  Ad-hoc semaphores (no SEMAPHORES
+entry) in use are listed too, marked "ad hoc", with the limit and lease their
+processes recorded (:mod:`django_semaphore.adhoc`); their pages have no
+runtime control form (their code sets them).  Lease identifiers are never shown
 to anyone: a force-release names the holder by partition and fencing token,
 which cannot be replayed against a later holder because tokens only increase.
 """
@@ -27,6 +30,7 @@ import datetime
 import json
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -46,18 +50,39 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.text import format_lazy
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy as _lazy
 from django.utils.translation import ngettext
 
-from . import discovery, monitor
+from . import adhoc, discovery, monitor
 from .control import Effective
+from .core import Semaphore as Engine
 from .core import semaphores
 from .exceptions import SemaphoreBackendError
 from .inspection import Holder, Waiter
 from .keys import UNPARTITIONED
 from .models import Semaphore
-from .validation import MODES
+from .validation import MAX_LIMIT, MODES, limit_from_text
+
+
+class LimitField(forms.Field):
+    """A limit as typed: ASCII digits for a number from 0 to MAX_LIMIT, exactly as
+    ``sema_set --limit`` takes it (:func:`~django_semaphore.validation.limit_from_text`);
+    unlike ``IntegerField``, no sign, spaces, "_" or other scripts' digits."""
+
+    widget = forms.NumberInput
+
+    def to_python(self, value: Any) -> int | None:
+        if value in self.empty_values:
+            return None  # "This field is required."
+        try:
+            return limit_from_text(value, what=_("Limit"))
+        except ValueError as exc:
+            raise ValidationError(str(exc), code="invalid") from None
+
+    def widget_attrs(self, widget: forms.Widget) -> dict[str, Any]:
+        return {**super().widget_attrs(widget), "min": 0, "max": MAX_LIMIT, "step": 1}
 
 
 class RuntimeControlForm(forms.Form):
@@ -69,11 +94,16 @@ class RuntimeControlForm(forms.Form):
     to settings without looking at the fields.
     """
 
-    limit = forms.IntegerField(
+    limit = LimitField(
         label=_lazy("Limit"),
-        min_value=0,
-        help_text=_lazy("Slots per partition. 0 pauses: new callers are refused, holders keep their slots."),
-        widget=forms.NumberInput(attrs={"class": "vIntegerField", "min": 0}),
+        help_text=format_lazy(
+            _lazy(
+                "Slots per partition, from 0 to {max}. 0 pauses: new callers are refused, "
+                "holders keep their slots."
+            ),
+            max=f"{MAX_LIMIT:,}",
+        ),
+        widget=forms.NumberInput(attrs={"class": "vIntegerField"}),
     )
     mode = forms.ChoiceField(
         label=_lazy("Mode"),
@@ -114,12 +144,18 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             raise PermissionDenied
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
-        """The admin model instance of a configured semaphore (None if unknown), without a query.
+        """The admin model instance of a semaphore (None if unknown), without a query.
 
-        There is no table: the instance is made up from the name, which is
-        all the history view (and LogEntry) needs.
+        There is no table: the instance is made up from the name (an ad-hoc
+        semaphore's :attr:`~django_semaphore.monitor.SemaphoreView.ident`),
+        which is all the history view (and LogEntry) needs.
         """
-        return Semaphore(name=object_id) if object_id in semaphores else None
+        if object_id in semaphores:
+            return Semaphore(name=object_id)
+        try:
+            return Semaphore(name=object_id) if monitor.find_ad_hoc(object_id) else None
+        except SemaphoreBackendError:
+            return None
 
     # -- urls ----------------------------------------------------------------
 
@@ -162,6 +198,20 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if name not in semaphores:
             raise Http404(_("No semaphore named %(name)r in SEMAPHORES.") % {"name": name})
         return name
+
+    def _target(self, object_id: str) -> Target:
+        """The semaphore a page is about: configured, or else ad hoc as recorded (404 if neither)."""
+        ident = unquote(object_id)
+        if ident in semaphores:
+            return Target(ident, ident, semaphores[ident], None)
+        try:
+            entry = monitor.find_ad_hoc(ident)
+            engine = monitor.ad_hoc_semaphore(entry) if entry is not None else None
+        except (SemaphoreBackendError, ValueError):
+            entry = engine = None
+        if entry is None or engine is None:
+            raise Http404(_("No semaphore named %(name)r in SEMAPHORES or in use.") % {"name": ident[:200]})
+        return Target(entry.name, ident, engine, entry)
 
     def _partition_param(self, request: HttpRequest) -> str | None:
         return request.GET.get("partition") or None
@@ -215,7 +265,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _list_context(self, request: HttpRequest) -> dict[str, Any]:
         views, error = self._read_all()
         for view in views:
-            view.url = self._reverse("change", quote(view.name))  # type: ignore[attr-defined]
+            view.url = self._reverse("change", quote(view.ident))  # type: ignore[attr-defined]
         return self._context(
             request,
             title=_("Semaphores"),
@@ -229,9 +279,10 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _detail_context(
         self, request: HttpRequest, object_id: str, form: RuntimeControlForm | None = None
     ) -> dict[str, Any]:
-        name = self._semaphore_name(object_id)
+        target = self._target(object_id)
+        name = target.name
         partition = self._partition_param(request)
-        view, error = self._read_one(name, partition)
+        view, error = self._read_one(target.ident, partition)
         now = timezone.now()
         metas = [h.meta for p in view.partitions for h in p.holders]
         metas += [w.meta for p in view.partitions for w in p.waiters]
@@ -244,9 +295,11 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             p.waiter_rows = [  # type: ignore[attr-defined]
                 (w, waited(w, now), names.get(str(w.meta.get("user"))), meta_items(w.meta)) for w in p.waiters
             ]
-        if form is None and self.has_change_permission(request) and not view.error and view.mode:
+        # No runtime control of an ad-hoc semaphore (sema_set refuses it too): its code sets it.
+        controlled = target.entry is None and not view.error and view.mode
+        if form is None and controlled and self.has_change_permission(request):
             form = self.control_form(initial={"limit": view.limit, "mode": view.mode})
-        query = f"?partition={partition}" if partition else ""
+        query = "?" + urlencode({"partition": partition}) if partition else ""
         return self._context(
             request,
             title=_("Semaphore “%(name)s”") % {"name": name},
@@ -380,22 +433,23 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _back(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
         url = self._reverse("change", object_id)
         partition = request.GET.get("partition")
-        return HttpResponseRedirect(url + (f"?partition={quote(partition)}" if partition else ""))
+        # URL-encoded (not the admin's quote(), which is for object ids in paths: "_" -> "_5F").
+        return HttpResponseRedirect(url + ("?" + urlencode({"partition": partition}) if partition else ""))
 
     def force_release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST partition + token: remove that holder (change permission), logged to LogEntry."""
         refused = self._post_only(request)
         if refused:
             return refused
-        name = self._semaphore_name(object_id)
+        target = self._target(object_id)
+        name, sem = target.name, target.semaphore
         key_hash = request.POST.get("partition", "")
         try:
             token = int(request.POST.get("token", ""))
-            keys = discovery.partition(name, key_hash)
+            keys = discovery.partition(name, key_hash, target.entry.digest if target.entry else None)
         except ValueError:
             messages.error(request, _("That form named no holder."))
             return self._back(request, object_id)
-        sem = semaphores[name]
         try:
             holder = next((h for h in sem.holders(keys=keys) if h.token == token), None)
             released = holder is not None and sem.force_release(holder.identifier, keys=keys)
@@ -412,7 +466,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         described = describe_holder(holder, key_hash)
         self.log_change(
             request,
-            Semaphore(name=name),
+            Semaphore(name=target.ident),
             _("Force-released token %(token)s (%(holder)s).") % {"token": token, "holder": described},
         )
         messages.success(
@@ -427,9 +481,13 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         refused = self._post_only(request)
         if refused:
             return refused
-        name = self._semaphore_name(object_id)
+        target = self._target(object_id)
+        name = target.name
         try:
-            removed = semaphores[name].purge_expired()
+            if target.entry is None:
+                removed = target.semaphore.purge_expired()
+            else:  # found by its name's digest: the name may have been cut
+                removed = monitor.purge_ad_hoc(target.entry)
         except SemaphoreBackendError as exc:
             messages.error(request, str(exc))
             return self._back(request, object_id)
@@ -439,9 +497,18 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             removed,
         ) % {"count": removed, "name": name}
         if removed:
-            self.log_change(request, Semaphore(name=name), text)
+            self.log_change(request, Semaphore(name=target.ident), text)
         messages.success(request, text)
         return self._back(request, object_id)
+
+
+class Target(NamedTuple):
+    """The semaphore an admin page is about."""
+
+    name: str  # its name (an ad-hoc one's as recorded: maybe cut)
+    ident: str  # what names it in the page's URL
+    semaphore: Engine  # the engine's Semaphore
+    entry: adhoc.Entry | None  # the registry's record of an ad-hoc one; None: configured
 
 
 #: Meta keys listed first, in this order: the web layer's, then the engine's.

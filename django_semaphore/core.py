@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import (
     adaptive,
+    adhoc,
     conf,
     connection,
     control,
@@ -301,6 +302,8 @@ class Semaphore:
         waited = time.monotonic() - started
         if isinstance(outcome, Granted):
             lease = Lease(self, key, identifier, outcome, keys, config, waited)
+            if self._config is not None:  # ad hoc: recorded for the admin (no Redis call here)
+                adhoc.seen(conf.setting("SEMAPHORE_KEY_PREFIX"), config)
             if outcome.over_limit:  # a dry run: enforcing would have refused this caller
                 stats.record_refusal(self.name, dry_run=True)
                 signals.refused.send(
@@ -566,10 +569,12 @@ class Semaphore:
         """Override LIMIT and/or MODE at runtime, for every process (within a second).
 
         Only the values given change: ``override(mode="dry_run")`` keeps an
-        earlier limit override.  ``limit`` is an int >= 0 (0 pauses the
+        earlier limit override.  ``limit`` is an int from 0 to 1,000,000
+        (:data:`~django_semaphore.validation.MAX_LIMIT`; 0 pauses the
         semaphore: new callers are refused with reason "paused"; holders keep
         their slots); ``mode`` one of "enforce", "dry_run", "off".  Bad values
-        raise ValueError and nothing is written; an unknown semaphore raises
+        (a str, float or bool limit included) raise ValueError and nothing is
+        written, neither of them; an unknown semaphore raises
         ImproperlyConfigured.  ``user`` (who made the change) is stored with it
         and passed on by the ``config_changed`` signal.  Returns the
         configuration in force after the change.

@@ -61,13 +61,17 @@ async def awalk(client: Client, pattern: str) -> AsyncIterator[PartitionKeys]:
         raise backend_error(client, exc) from exc
 
 
-def _pattern(name: str | None = None) -> str:
-    return timeouts_pattern(conf.setting("SEMAPHORE_KEY_PREFIX"), name)
+def _pattern(name: str | None = None, name_digest: str | None = None) -> str:
+    return timeouts_pattern(conf.setting("SEMAPHORE_KEY_PREFIX"), name, name_digest)
 
 
-def partitions(name: str) -> list[PartitionKeys]:
-    """Every partition of semaphore ``name`` with keys in Redis."""
-    return list(walk(connection.get_client(), _pattern(name)))
+def partitions(name: str, name_digest: str | None = None) -> list[PartitionKeys]:
+    """Every partition of semaphore ``name`` with keys in Redis.
+
+    ``name_digest``: the name's digest when ``name`` is only its start (an
+    ad-hoc semaphore's long name as the registry keeps it).
+    """
+    return list(walk(connection.get_client(), _pattern(name, name_digest)))
 
 
 async def apartitions(name: str) -> list[PartitionKeys]:
@@ -75,10 +79,11 @@ async def apartitions(name: str) -> list[PartitionKeys]:
     return [keys async for keys in awalk(connection.get_async_client(), _pattern(name))]
 
 
-def partition(name: str, key_hash: str) -> PartitionKeys:
+def partition(name: str, key_hash: str, name_digest: str | None = None) -> PartitionKeys:
     """The keys of semaphore ``name``'s partition ``key_hash`` (``_`` or a key
-    digest, as the admin's forms give it); ValueError if malformed."""
-    return PartitionKeys.for_hash(conf.setting("SEMAPHORE_KEY_PREFIX"), name, key_hash)
+    digest, as the admin's forms give it); ValueError if malformed.
+    ``name_digest``: as for :func:`partitions`."""
+    return PartitionKeys.for_hash(conf.setting("SEMAPHORE_KEY_PREFIX"), name, key_hash, name_digest)
 
 
 def find(names: Iterable[str] | None = None) -> list[Found]:

@@ -20,7 +20,10 @@ WAIT), then raises :class:`~django_semaphore.SemaphoreFull` with
 ``retry_after``.  While the function runs, the lease watchdog
 (:mod:`django_semaphore.refresh`) renews the lease, so a run may outlast
 TIMEOUT; TIMEOUT then only bounds how long a crashed process keeps its slot.
-The running function finds its lease with :func:`current_lease`.
+The running function finds its lease with :func:`current_lease`, as does a
+Celery task's body under ``semaphore_task``
+(:mod:`django_semaphore.contrib.celery`), which holds its slot with
+:func:`holding`: there is one current lease, whatever took it.
 
 (A guarded *view* is the web layer's: :mod:`django_semaphore.request_guard`.)
 """
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
     from .core import Semaphore
     from .lease import Lease
 
-__all__ = ["FunctionGuard", "KeyFunction", "current_lease"]
+__all__ = ["FunctionGuard", "KeyFunction", "current_lease", "holding"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,17 +56,20 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: function's arguments returning one (None: the unpartitioned semaphore).
 KeyFunction = Callable[..., "str | None"]
 
+# The one record of the leases held in this context (thread, asyncio task), by
+# semaphore name, innermost last: the guards' and semaphore_task's alike.
 _held: contextvars.ContextVar[Mapping[str, Lease] | None] = contextvars.ContextVar(
     "django_semaphore_held", default=None
 )
 
 
 def current_lease(name: str | None = None) -> Lease | None:
-    """The lease held by the guarded function running in this context.
+    """The lease held by the guarded function or ``semaphore_task`` running in this context.
 
-    ``name`` picks a semaphore when guards are nested; without it, the
-    innermost guard's lease.  None outside any guarded function.  Use it for
-    the fencing token (``current_lease().token``) or to check ``lost``.
+    ``name`` picks a semaphore when guards are nested (a guarded function
+    called inside a task); without it, the innermost one's lease.  None
+    outside any guarded function or task.  Use it for the fencing token
+    (``current_lease().token``) or to check ``lost``.
     """
     held = _held.get()
     if not held:
@@ -74,7 +80,10 @@ def current_lease(name: str | None = None) -> Lease | None:
 
 
 @contextlib.contextmanager
-def _in_context(lease: Lease) -> Iterator[None]:
+def holding(lease: Lease) -> Iterator[None]:
+    """Make ``lease`` the :func:`current_lease` for the ``with`` block (innermost, and
+    by its semaphore's name): for code that holds a slot on a caller's behalf, as
+    the guards and ``semaphore_task`` do.  It neither refreshes nor releases it."""
     token = _held.set({**(_held.get() or {}), lease.semaphore.name: lease})
     try:
         yield
@@ -176,7 +185,7 @@ class FunctionGuard:
             if lease is None:
                 raise SemaphoreFull(self.semaphore.name, retry_after or 1, key)
             try:
-                with _in_context(lease), self._watch(lease):
+                with holding(lease), self._watch(lease):
                     return func(*args, **kwargs)
             finally:
                 try:
@@ -201,7 +210,7 @@ class FunctionGuard:
             if lease is None:
                 raise SemaphoreFull(self.semaphore.name, retry_after or 1, key)
             try:
-                with _in_context(lease):
+                with holding(lease):
                     async with self._awatch(lease):
                         result = await func(*args, **kwargs)
             except BaseException:

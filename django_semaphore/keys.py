@@ -26,6 +26,9 @@ them):
 * ``<prefix>:stats:<name hash>:c`` and ``...:h`` (:func:`stats_keys`): the
   recent refusals (a HASH of 10-second buckets) and hold times (a LIST) of one
   semaphore (:mod:`django_semaphore.stats`), with a TTL of a few minutes.
+* ``<prefix>:adhoc`` (:func:`adhoc_key`): a HASH of the ad-hoc semaphores
+  in use, name hash -> JSON of the name and configuration
+  (:mod:`django_semaphore.adhoc`), with a TTL that its writes renew.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ SLOTS = "s"  # STRING bitmap: bit n set while a live holder has slot n ("lua")
 ADOPTED = "a:"  # STRING per handed-off holder: who adopted its ticket (suffix + identifier)
 
 CONTROL = "control"  # <prefix>:control, the runtime overrides
+ADHOC = "adhoc"  # <prefix>:adhoc, the ad-hoc semaphores in use
 STATS = "stats"  # <prefix>:stats:<name hash>:<c|h>
 
 
@@ -127,12 +131,17 @@ class PartitionKeys:
         return cls(_base(prefix, name, key))
 
     @classmethod
-    def for_hash(cls, prefix: str, name: str, key_hash: str) -> PartitionKeys:
+    def for_hash(cls, prefix: str, name: str, key_hash: str, name_digest: str | None = None) -> PartitionKeys:
         """The keys of semaphore ``name``'s partition whose key hash is ``key_hash``
-        (as :attr:`key_digest` gives it, e.g. from a form); ValueError if malformed."""
+        (as :attr:`key_digest` gives it, e.g. from a form); ValueError if malformed.
+
+        ``name_digest``: the name's :func:`name_hash` when ``name`` is only the
+        start of the name (at least its first :data:`SLUG_LENGTH` characters,
+        which make the slug), as the registry of ad-hoc semaphores keeps long ones.
+        """
         if not isinstance(key_hash, str) or not _KEY_HASH.fullmatch(key_hash):
             raise ValueError(f"{key_hash!r} is not a partition hash.")
-        return cls(f"{prefix}:{slug(name)}:{{{name_hash(name)}.{key_hash}}}:")
+        return cls(f"{prefix}:{slug(name)}:{{{name_digest or name_hash(name)}.{key_hash}}}:")
 
     @classmethod
     def from_timeouts_key(cls, key: str | bytes) -> PartitionKeys:
@@ -212,16 +221,25 @@ def _build_cached(prefix: str, name: str, key: str | None) -> PartitionKeys:
     return PartitionKeys(_base(prefix, name, key))
 
 
-def timeouts_pattern(prefix: str, name: str | None = None) -> str:
-    """SCAN MATCH pattern for the timeout ZSETs of one semaphore (or of all)."""
+def timeouts_pattern(prefix: str, name: str | None = None, name_digest: str | None = None) -> str:
+    """SCAN MATCH pattern for the timeout ZSETs of one semaphore (or of all).
+
+    ``name_digest``: as for :meth:`PartitionKeys.for_hash`, when ``name`` is only its start.
+    """
     if name is None:
         return f"{glob_escape(prefix)}:*:{{*}}:{TIMEOUTS}"
-    return f"{glob_escape(prefix)}:{glob_escape(slug(name))}:{{{name_hash(name)}.*}}:{TIMEOUTS}"
+    digest = name_digest or name_hash(name)
+    return f"{glob_escape(prefix)}:{glob_escape(slug(name))}:{{{glob_escape(digest)}.*}}:{TIMEOUTS}"
 
 
 def control_key(prefix: str) -> str:
     """The HASH of the runtime overrides under ``prefix`` (no TTL: configuration)."""
     return f"{prefix}:{CONTROL}"
+
+
+def adhoc_key(prefix: str) -> str:
+    """The HASH of the ad-hoc semaphores in use under ``prefix`` (name hash -> JSON)."""
+    return f"{prefix}:{ADHOC}"
 
 
 def stats_keys(prefix: str, name: str) -> tuple[str, str]:

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import connection, control, handoff, recovery, signals, stats
+from . import adhoc, conf, connection, control, handoff, recovery, signals, stats
 from .algorithms import ALGORITHMS, Algorithm, Granted
 from .inspection import to_datetime
 from .keys import PartitionKeys
@@ -169,6 +169,8 @@ class Lease:
     def _after_refresh(self, expires: float | None) -> bool:
         if expires:
             self.expires_ms = int(expires)
+            if self.semaphore.ad_hoc:  # a long run keeps its ad-hoc semaphore recorded
+                adhoc.seen(conf.setting("SEMAPHORE_KEY_PREFIX"), self.config)
             return True
         self._mark_lost()
         return False

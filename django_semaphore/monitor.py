@@ -8,6 +8,11 @@ effective limit and mode, and whether they come from settings or an
 override) and its figures of the last five minutes from
 :mod:`~django_semaphore.stats` (every process's, flushed to Redis): all read
 when an overview is asked for, never on the acquire path.
+
+Beside the configured semaphores, the overviews list the ad-hoc ones
+(``Semaphore(name, limit=...)``, no SEMAPHORES entry) that have live
+partitions, with the limit and timeout that the processes using them
+recorded (:mod:`~django_semaphore.adhoc`): ``SemaphoreView.ad_hoc``.
 """
 
 from __future__ import annotations
@@ -20,10 +25,10 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from . import adaptive, conf, connection, discovery, inspection, partitions, stats
+from . import adaptive, adhoc, conf, connection, discovery, inspection, partitions, stats
 from .algorithms import ALGORITHMS, Algorithm
 from .control import Effective
-from .core import Semaphore, semaphores
+from .core import Semaphore
 from .discovery import Found
 from .inspection import Holder, Waiter
 from .keys import UNPARTITIONED, PartitionKeys
@@ -35,6 +40,8 @@ from .validation import SemaphoreConfig
 MAX_PARTITIONS = 100
 #: Waiters listed per partition on a semaphore's page (serving order).
 MAX_WAITERS_SHOWN = 50
+#: Ad-hoc semaphores an overview of every semaphore reads (by name).
+MAX_AD_HOC = 100
 
 
 def describe_key(config: SemaphoreConfig) -> str:
@@ -105,7 +112,7 @@ class PartitionView:
 
 @dataclass
 class SemaphoreView:
-    """A configured semaphore and its partitions (busiest first)."""
+    """A semaphore (configured, or ad hoc) and its partitions (busiest first)."""
 
     name: str
     limit: int = 0  # the limit in force (an override's, else LIMIT)
@@ -122,6 +129,13 @@ class SemaphoreView:
     recent: Recent | None = None  # the last five minutes, every process
     adaptive_bounds: tuple[int, int] | None = None  # ADAPTIVE's (MIN, MAX); None: not adaptive
     adaptive: adaptive.State | None = None  # the controller's state (None before its first window)
+    # Not in SEMAPHORES: an ad-hoc semaphore, as recorded by the processes that use it.
+    ad_hoc: bool = False
+    # What names it in URLs and commands: the name (an ad-hoc semaphore's digest if its name was cut).
+    ident: str = ""
+
+    def __post_init__(self) -> None:
+        self.ident = self.ident or self.name
 
     @property
     def in_use(self) -> int:
@@ -176,6 +190,7 @@ class SemaphoreView:
     def as_dict(self, now: datetime.datetime | None = None, holders: bool = False) -> dict[str, Any]:
         return {
             "name": self.name,
+            "ad_hoc": self.ad_hoc,
             "limit": self.limit,
             "mode": self.mode,
             "source": self.source,
@@ -314,33 +329,96 @@ def _add_holders(sem: Semaphore, view: PartitionView, keys: PartitionKeys) -> No
 
 
 def read_semaphore(
-    name: str, key_hash: str | None = None, max_partitions: int = MAX_PARTITIONS, with_holders: bool = True
+    name: str,
+    key_hash: str | None = None,
+    max_partitions: int = MAX_PARTITIONS,
+    with_holders: bool = True,
+    found: list[PartitionKeys] | None = None,
 ) -> SemaphoreView:
     """A :class:`SemaphoreView` of semaphore ``name``: every live partition, or only ``key_hash``.
 
-    An unpartitioned semaphore always shows its one partition, even with no
-    keys in Redis.  Partitions are sorted busiest first and cut at
-    ``max_partitions``.  Holders are read with ``with_holders`` (else only
-    as much as needed to label busy partitions).  Raises
-    :class:`~django_semaphore.SemaphoreBackendError` if Redis fails; a
-    semaphore whose settings are invalid gets ``error`` set instead.
+    ``name`` is a SEMAPHORES name, or else an ad-hoc semaphore's (its digest
+    if its name was cut: :attr:`SemaphoreView.ident`) as recorded in the
+    registry (:func:`read_ad_hoc`).  An unpartitioned configured semaphore
+    always shows its one partition, even with no keys in Redis.  Partitions
+    are sorted busiest first and cut at ``max_partitions``; ``found`` gives
+    them when the caller has already looked (else a SCAN does).  Holders are
+    read with ``with_holders`` (else only as much as needed to label busy
+    partitions).  Raises :class:`~django_semaphore.SemaphoreBackendError` if
+    Redis fails; a semaphore whose settings are invalid (or unknown) gets
+    ``error`` set instead.
     """
     view = SemaphoreView(name)
     try:
         config = conf.get_config(name)
     except ImproperlyConfigured as exc:
+        entry = None if name in conf.names() else find_ad_hoc(name)
+        if entry is not None:
+            return read_ad_hoc(entry, key_hash, max_partitions, with_holders, found)
         view.error = str(exc)
         return view
-    view.timeout, view.algorithm = config.timeout, config.algorithm
-    view.settings_limit, view.settings_mode = config.limit, config.mode
-    view.partitioned_by = describe_key(config)
     sem = Semaphore(name)
     if key_hash is not None:
         found = [discovery.partition(name, key_hash)]
-    else:
+    elif found is None:
         found = sem.partitions()
-        if config.key is None and not any(k.key_digest == UNPARTITIONED for k in found):
-            found.insert(0, sem.partition(None))
+    if key_hash is None and config.key is None and not any(k.key_digest == UNPARTITIONED for k in found):
+        found = [sem.partition(None), *found]
+    return _read(view, sem, config, found, max_partitions, with_holders)
+
+
+def find_ad_hoc(ident: str) -> adhoc.Entry | None:
+    """The registry's record of the ad-hoc semaphore named ``ident`` (a name, or the
+    digest of a name that was cut), None if there is none."""
+    return run(connection.get_client(), adhoc.lookup(conf.setting("SEMAPHORE_KEY_PREFIX"), ident))
+
+
+def ad_hoc_entries() -> dict[str, adhoc.Entry]:
+    """Every ad-hoc semaphore recorded in the registry, by name digest."""
+    return run(connection.get_client(), adhoc.entries(conf.setting("SEMAPHORE_KEY_PREFIX")))
+
+
+def ad_hoc_semaphore(entry: adhoc.Entry) -> Semaphore:
+    """The ad-hoc Semaphore ``entry`` records (ValueError if the record is not valid)."""
+    return Semaphore(
+        entry.name, entry.limit, entry.timeout, wait=entry.wait, algorithm=entry.algorithm, mode=entry.mode
+    )
+
+
+def read_ad_hoc(
+    entry: adhoc.Entry,
+    key_hash: str | None = None,
+    max_partitions: int = MAX_PARTITIONS,
+    with_holders: bool = True,
+    found: list[PartitionKeys] | None = None,
+) -> SemaphoreView:
+    """A :class:`SemaphoreView` (``ad_hoc``) of the ad-hoc semaphore that ``entry`` records:
+    its live partitions only, found by its name's digest (a name may have been cut)."""
+    view = SemaphoreView(entry.name, ad_hoc=True, ident=entry.ident)
+    try:
+        sem = ad_hoc_semaphore(entry)
+    except ValueError as exc:  # a record no version of this app wrote
+        view.error = str(exc)
+        return view
+    if key_hash is not None:
+        found = [discovery.partition(entry.name, key_hash, entry.digest)]
+    elif found is None:
+        found = discovery.partitions(entry.name, entry.digest)
+    return _read(view, sem, sem.config, found, max_partitions, with_holders, recent=not entry.truncated)
+
+
+def _read(
+    view: SemaphoreView,
+    sem: Semaphore,
+    config: SemaphoreConfig,
+    found: list[PartitionKeys],
+    max_partitions: int,
+    with_holders: bool,
+    recent: bool = True,
+) -> SemaphoreView:
+    view.timeout, view.algorithm = config.timeout, config.algorithm
+    view.settings_limit, view.settings_mode = config.limit, config.mode
+    view.partitioned_by = describe_key(config)
     rows = [(_partition_view(sem, keys), keys) for keys in found]
     rows.sort(key=lambda row: (not row[0].unpartitioned, -row[0].in_use, -row[0].waiting, row[0].key_hash))
     if len(rows) > max_partitions:
@@ -355,32 +433,67 @@ def read_semaphore(
     # After the partitions: with Redis down, the first read has already failed.
     effective = sem.effective()
     view.limit, view.mode, view.source = effective.limit, effective.mode, effective.source
-    view.recent = stats.recent(sem)
+    # (The stats keys are named by the whole name: a cut one has none to read.)
+    view.recent = stats.recent(sem) if recent else None
     if config.adaptive is not None:
         view.adaptive_bounds = (config.adaptive.min, config.adaptive.max)
         prefix = conf.setting("SEMAPHORE_KEY_PREFIX")
-        view.adaptive = run(connection.get_client(), adaptive.read_state(prefix, name))
+        view.adaptive = run(connection.get_client(), adaptive.read_state(prefix, config.name))
     return view
 
 
 def read_all(max_partitions: int = MAX_PARTITIONS, with_holders: bool = False) -> list[SemaphoreView]:
-    """A :class:`SemaphoreView` of every configured semaphore, in settings order."""
-    return [read_semaphore(name, None, max_partitions, with_holders) for name in semaphores]
+    """A :class:`SemaphoreView` of every configured semaphore, in settings order, then of
+    every ad-hoc semaphore with live partitions, by name (at most :data:`MAX_AD_HOC`).
+
+    One SCAN finds the partitions of all of them; one read of the registry
+    names the ad-hoc ones (partitions of a semaphore in neither are left out).
+    """
+    groups = discovery.find()
+    views = [
+        read_semaphore(g.name, None, max_partitions, with_holders, g.partitions)
+        for g in groups
+        if g.configured
+    ]
+    others = {g.partitions[0].name_digest: g for g in groups if not g.configured and g.partitions}
+    if not others:
+        return views
+    recorded = ad_hoc_entries()
+    ad_hoc = sorted((recorded[digest] for digest in others if digest in recorded), key=lambda e: e.name)
+    for entry in ad_hoc[:MAX_AD_HOC]:
+        views.append(read_ad_hoc(entry, None, max_partitions, with_holders, others[entry.digest].partitions))
+    return views
+
+
+def purge_ad_hoc(entry: adhoc.Entry, dry_run: bool = False) -> int:
+    """Purge (or count) the expired entries of every partition of the ad-hoc semaphore
+    that ``entry`` records (``Semaphore.purge_expired``, found by its name's digest)."""
+    found = Found(entry.name, False, discovery.partitions(entry.name, entry.digest))
+    return cleanup(found, dry_run, entry.algorithm)
+
+
+def prune_ad_hoc(live: Iterable[str], dry_run: bool = False) -> int:
+    """Remove (or count) the registry's stale records of ad-hoc semaphores that have no
+    live partition (``live``: the name digests of those that do); see :func:`adhoc.prune`."""
+    prefix = conf.setting("SEMAPHORE_KEY_PREFIX")
+    return run(connection.get_client(), adhoc.prune(prefix, live, dry_run))
 
 
 # -- cleanup ------------------------------------------------------------------
 
 
-def cleanup(found: Found, dry_run: bool = False) -> int:
+def cleanup(found: Found, dry_run: bool = False, algorithm_name: str | None = None) -> int:
     """Purge (or count, with ``dry_run``) the expired entries of ``found``'s partitions.
 
     Live holders are never touched: the purge script removes entries whose
     expiry has passed, atomically, on the clock that wrote them (the server's
-    for "lua", the client's for the seed variants).  A semaphore no longer in
-    SEMAPHORES (or whose entry is invalid) has no known algorithm: its entries
-    are removed only once they have ended on both clocks.
+    for "lua", the client's for the seed variants).  A semaphore not in
+    SEMAPHORES has the algorithm ``algorithm_name`` (an ad-hoc one's, as
+    recorded); one without (no longer in SEMAPHORES, or whose entry is
+    invalid) has no known algorithm: its entries are removed only once they
+    have ended on both clocks.
     """
-    algorithm: Algorithm | None = None
+    algorithm: Algorithm | None = ALGORITHMS.get(algorithm_name) if algorithm_name else None
     if found.configured:
         try:
             algorithm = ALGORITHMS[conf.get_config(found.name).algorithm]

@@ -15,7 +15,9 @@ path talks to Redis for statistics.  The control poller
 
 Both get a TTL of ``TTL_MS`` (six minutes) at every write, so they outlive
 the five-minute window and vanish when nothing happens.  Each key is its own
-cluster slot (a non-transactional pipeline is split per node).
+cluster slot (a non-transactional pipeline is split per node).  The same
+flush carries this process's records of the ad-hoc semaphores it uses
+(:mod:`django_semaphore.adhoc`).
 :func:`recent` reads the last ``WINDOW`` seconds of every process's flushed
 data.  A bucket is ``int(epoch seconds // BUCKET)``; the functions take ``now``
 so that tests need not wait.
@@ -29,7 +31,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from . import adaptive, conf, connection
+from . import adaptive, adhoc, conf, connection
 from .keys import stats_keys
 from .scripting import Operation, Pipe, arun, run
 
@@ -121,12 +123,14 @@ def record_hold(name: str, seconds: float, now: float | None = None, prefix: str
 class Pending:
     """What :func:`drain` took: the Redis commands that flush it, and a way to put it back."""
 
-    def __init__(self, taken: dict[tuple[str, str], _Counts]) -> None:
+    def __init__(self, taken: dict[tuple[str, str], _Counts], recorded: adhoc.Pending | None = None) -> None:
         self.taken = taken
-        self.commands = _commands(taken)
+        self.recorded = recorded or adhoc.Pending({})
+        self.commands = _commands(taken) + self.recorded.commands
 
     def restore(self) -> None:
-        """The flush failed: keep the counts for the next one."""
+        """The flush failed: keep the counts (and the ad-hoc records) for the next one."""
+        self.recorded.restore()
         if not self.taken:
             return
         with _lock:
@@ -139,13 +143,14 @@ class Pending:
 
 
 def drain() -> Pending:
-    """Take everything recorded so far (the poller flushes it)."""
+    """Take everything recorded so far, ad-hoc records included (the poller flushes it)."""
     global _pending
+    recorded = adhoc.drain()
     if not _pending:
-        return Pending({})
+        return Pending({}, recorded)
     with _lock:
         taken, _pending = _pending, {}
-    return Pending(taken)
+    return Pending(taken, recorded)
 
 
 def _commands(taken: dict[tuple[str, str], _Counts]) -> tuple[tuple[Any, ...], ...]:

@@ -18,7 +18,7 @@ django.setup()
 from celery import Celery, signals  # noqa: E402 - Django first
 from django.conf import settings  # noqa: E402
 
-from django_semaphore import Semaphore, connection  # noqa: E402
+from django_semaphore import Semaphore, connection, guards  # noqa: E402
 from django_semaphore.contrib.celery import current_lease, semaphore_task  # noqa: E402
 
 app = Celery("semaphore_tests")
@@ -61,9 +61,16 @@ def server_ms(client):
 
 
 def _body(label, sem, partition):
-    """Record the start (server time, and the holders seen), wait for "go", record the end."""
+    """Record the start (server time, and the holders seen), wait for "go", record the end.
+
+    Also records (``<prefix>:rec:current``) whether the documented
+    ``django_semaphore.guards.current_lease()`` gives the task's lease too.
+    """
     client = connection.get_client()
     lease = current_lease()
+    documented = guards.current_lease()
+    client.rpush(rec("current"), f"{label}:{int(lease is not None and documented is lease)}")
+    client.expire(rec("current"), RECORD_TTL)
     holders = sem.holders(partition)
     held = lease is not None and lease.identifier in {h.identifier for h in holders}
     client.eval(_ENTER, 2, rec("running"), rec("peak"), RECORD_TTL)

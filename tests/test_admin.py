@@ -7,6 +7,8 @@ SemaphoreAdmin registered on an AdminSite of one's own.
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from html.parser import HTMLParser
@@ -19,10 +21,10 @@ from django.urls import path, reverse
 
 from django_semaphore import adaptive, conf, connection, semaphores
 from django_semaphore.admin import SemaphoreAdmin
-from django_semaphore.keys import control_key, key_hash
+from django_semaphore.keys import control_key, key_hash, name_hash
 from django_semaphore.models import Semaphore
 from django_semaphore.scripting import run
-from tests.helpers import wait_until_expired
+from tests.helpers import wait_until, wait_until_expired
 
 LIST_URL = "/admin/django_semaphore/semaphore/"
 SEMAPHORES = {
@@ -316,6 +318,172 @@ def test_waiting_callers_are_counted(client, viewer, settings):
         waiter.join(30)
     assert got and got[0] is not None
     got[0].release()
+
+
+# -- ad-hoc semaphores (no SEMAPHORES entry) ---------------------------------------
+
+
+AD_HOC_HOLDER = """
+import sys
+
+import django
+
+django.setup()
+from django_semaphore import Semaphore
+
+lease = Semaphore("crawler", limit=3, timeout=30).acquire(key="example.com", meta={"job": "crawl-42"})
+print(lease.token, flush=True)
+sys.stdin.read()  # until the test closes it
+print(lease.release(), flush=True)
+"""
+
+
+@pytest.fixture
+def ad_hoc_holder(subprocess_env):
+    """Another process holding a slot of ad-hoc semaphore "crawler" (limit 3) until ``done()``."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", AD_HOC_HOLDER],
+        env=subprocess_env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    token = int(process.stdout.readline())
+
+    def done():
+        process.stdin.close()
+        assert process.stdout.readline().strip() == "True"
+        process.wait(10)
+
+    yield token, done
+    if process.poll() is None:
+        process.kill()
+        process.wait(10)
+
+
+def _group(html, name):
+    """The list page's rows of semaphore ``name`` (its tbody)."""
+    start = html.index(f'data-semaphore="{name}"')
+    return html[start : html.index("</tbody>", start)]
+
+
+@pytest.mark.usefixtures("backend")
+def test_an_ad_hoc_semaphore_held_by_another_process_is_listed_with_a_page(client, changer, ad_hoc_holder):
+    token, done = ad_hoc_holder
+    client.force_login(changer)
+
+    def listed():
+        html = client.get(LIST_URL).content.decode()
+        return html if 'data-semaphore="crawler"' in html else None
+
+    html = wait_until(listed, 10, message="crawler listed")  # the other process's poller records it
+    assert html.index('data-semaphore="reports"') < html.index('data-semaphore="crawler"')
+    group = _group(html, "crawler")
+    assert "ad hoc" in group and "example.com" in group and LIST_URL + "crawler/" in group
+    data = {s["name"]: s for s in client.get(LIST_URL + "status.json").json()["semaphores"]}
+    assert data["crawler"]["ad_hoc"] is True and data["reports"]["ad_hoc"] is False
+    (partition,) = data["crawler"]["partitions"]
+    assert (partition["label"], partition["limit"], partition["in_use"]) == ("example.com", 3, 1)
+
+    page = client.get(LIST_URL + "crawler/")
+    detail = page.content.decode()
+    assert page.status_code == 200 and f'data-token="{token}"' in detail and "crawl-42" in detail
+    assert "ad hoc" in detail
+    assert 'id="sema-control"' not in detail  # sema_set refuses it: no runtime control form
+    assert client.post(LIST_URL + "crawler/", {"limit": 1, "mode": "enforce"}).status_code == 404
+    detail_json = client.get(LIST_URL + "crawler/status.json").json()
+    assert [h["token"] for p in detail_json["partitions"] for h in p["holders"]] == [token]
+
+    done()  # released: no live partition, no line
+    assert 'data-semaphore="crawler"' not in client.get(LIST_URL).content.decode()
+
+
+@pytest.mark.usefixtures("backend")
+def test_an_ad_hoc_holder_can_be_force_released(client, changer):
+    from django_semaphore import Semaphore as Sem
+    from django_semaphore import adhoc, stats
+
+    adhoc.forget()
+    crawler = Sem("crawler", limit=2, timeout=30)
+    lease = crawler.acquire()
+    stats.flush()
+    client.force_login(changer)
+    response = client.post(LIST_URL + "crawler/release/", {"partition": "_", "token": lease.token})
+    assert response.status_code == 302 and response["Location"] == LIST_URL + "crawler/"
+    assert crawler.holders() == [] and lease.refresh() is False
+    assert LogEntry.objects.get().object_id == "crawler"
+    history = client.get(LIST_URL + "crawler/history/")
+    assert history.status_code == 200 and f"Force-released token {lease.token}" in history.content.decode()
+
+
+@pytest.mark.usefixtures("backend")
+def test_a_hostile_ad_hoc_name_is_escaped_and_cut(client, viewer):
+    from django_semaphore import Semaphore as Sem
+    from django_semaphore import adhoc, stats
+
+    adhoc.forget()
+    name = '<b id="x">bold</b>"\'' + "y" * 20_000
+    lease = Sem(name, limit=1, timeout=30).acquire()
+    stats.flush()
+    try:
+        client.force_login(viewer)
+        html = client.get(LIST_URL).content.decode()
+        digest_page = client.get(LIST_URL + f"{name_hash(name)}/")
+    finally:
+        lease.release()
+    assert '<b id="x">' not in html and "&lt;b id=&quot;x&quot;&gt;bold&lt;/b&gt;" in html
+    assert "y" * (adhoc.MAX_NAME_CHARS + 1) not in html and len(html) < 60_000
+    assert digest_page.status_code == 200 and "&lt;b id=&quot;x&quot;&gt;" in digest_page.content.decode()
+
+
+HOSTILE_NAMES = [
+    "\ud800",
+    "nul\0byte",
+    "line\nbreak",
+    "a/b",
+    "{",
+    "_5F",
+    "%2F",
+    "ünïcødé 🚦",
+    " ",
+    "..",
+    "x" * 300,
+]
+
+
+@pytest.mark.usefixtures("backend")
+def test_every_hostile_ad_hoc_name_is_listed_and_its_page_opens(client, changer):
+    import html as html_module
+    import re
+
+    from django_semaphore import Semaphore as Sem
+    from django_semaphore import adhoc, stats
+
+    adhoc.forget()
+    held = [Sem(name, limit=2, timeout=30).acquire(meta={"n": n}) for n, name in enumerate(HOSTILE_NAMES)]
+    stats.flush()
+    try:
+        client.force_login(changer)
+        html = client.get(LIST_URL).content.decode()
+        links = {
+            html_module.unescape(href)
+            for href in re.findall(r'<a href="(/admin/django_semaphore/semaphore/[^"?]+/)">', html)
+        }
+        pages = {link: client.get(link) for link in links}
+    finally:
+        for lease in held:
+            lease.release()
+    ad_hoc_links = links - {LIST_URL + name + "/" for name in SEMAPHORES}
+    assert len(ad_hoc_links) == len(HOSTILE_NAMES)
+    for link, page in pages.items():
+        assert page.status_code == 200, link
+    shown = [
+        re.findall(r'data-key="n"><dt>n</dt><dd>(\d+)</dd>', pages[link].content.decode())
+        for link in ad_hoc_links
+    ]
+    assert sorted(int(n) for found in shown for n in found) == list(
+        range(len(HOSTILE_NAMES))
+    )  # one holder each
 
 
 # -- every meta key and value -------------------------------------------------------
@@ -621,3 +789,19 @@ def test_an_adaptive_limit_is_shown_as_such(client, changer, settings):
     finally:
         elastic.clear_override()
     assert "sema-tag-adaptive" in source()
+
+
+@pytest.mark.usefixtures("backend")
+def test_an_action_goes_back_to_the_partition_it_was_taken_on(client, changer, settings):
+    # Issue 26.12: the redirect used the admin's quote(): "?partition=_" came back as "_5F" (404).
+    settings.SEMAPHORES = {"quick": {"LIMIT": 2, "TIMEOUT": 30}}
+    semaphores["quick"].acquire()
+    client.force_login(changer)
+    response = client.post(LIST_URL + "quick/purge/?partition=_")
+    assert response["Location"] == LIST_URL + "quick/?partition=_"
+    assert client.get(response["Location"]).status_code == 200
+    # A hostile value is URL-encoded and stays on this site (no open redirect, no extra parameter).
+    response = client.post(LIST_URL + "quick/purge/?partition=" + "%2F%2Fevil.example%26x%3D1")
+    assert response["Location"] == LIST_URL + "quick/?partition=%2F%2Fevil.example%26x%3D1"
+    page = client.get(LIST_URL + "quick/?partition=_").content.decode()
+    assert "partition=_" in page and "partition=_5F" not in page

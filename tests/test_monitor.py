@@ -3,7 +3,8 @@ admin and ``sema_status`` show them, and the cleanup they run."""
 
 import pytest
 
-from django_semaphore import Semaphore, conf, discovery, monitor, semaphores
+from django_semaphore import Semaphore, adhoc, conf, discovery, monitor, semaphores, stats
+from django_semaphore.keys import key_hash, name_hash
 from tests.helpers import wait_until_expired
 
 SEMAPHORES = {
@@ -93,3 +94,55 @@ def test_cleanup_removes_expired_entries_only(backend_redis):
     assert monitor.cleanup(found) == 0
     assert [h.token for h in semaphores["reports"].holders()] == [live.token]
     assert live.release() is True
+
+
+@pytest.fixture
+def fresh_process():
+    """As in a process of its own: no ad-hoc name announced yet."""
+    adhoc.forget()
+    yield
+    adhoc.forget()
+
+
+@pytest.mark.usefixtures("backend", "fresh_process")
+def test_ad_hoc_semaphores_with_live_partitions_are_listed_after_the_configured_ones():
+    crawler = Semaphore("crawler", limit=3, timeout=10)
+    held = [crawler.acquire(key="example.com"), crawler.acquire(key="example.com")]
+    held.append(crawler.acquire(key="example.org"))
+    Semaphore("idle-ad-hoc", limit=1, timeout=10).acquire().release()  # recorded, no live partition
+    stats.flush()
+    try:
+        views = monitor.read_all()
+        one = monitor.read_semaphore("crawler")
+        by_partition = monitor.read_semaphore("crawler", key_hash("example.org"))
+    finally:
+        for lease in held:
+            lease.release()
+    assert [v.name for v in views] == [*SEMAPHORES, "crawler"]
+    view = views[-1]
+    assert view.ad_hoc and not any(v.ad_hoc for v in views[:-1])
+    assert (view.limit, view.timeout, view.algorithm, view.error, view.mode) == (3, 10, "lua", "", "enforce")
+    assert view.ident == "crawler" and view.as_dict()["ad_hoc"] is True
+    figures = [(p.label, p.in_use, p.free) for p in view.partitions]
+    assert figures == [("example.com", 2, 1), ("example.org", 1, 2)]
+    assert one.ad_hoc and [h.token for h in one.partitions[0].holders] == [held[0].token, held[1].token]
+    assert [p.label for p in by_partition.partitions] == ["example.org"]
+    # Released: no live partition, no line (and the registry alone never makes one).
+    assert [v.name for v in monitor.read_all()] == list(SEMAPHORES)
+    after = monitor.read_semaphore("crawler")  # its own page: recorded, nothing held
+    assert after.ad_hoc and after.partitions == [] and after.error == ""
+    assert "nope" in monitor.read_semaphore("nope").error
+
+
+@pytest.mark.usefixtures("backend", "fresh_process")
+def test_an_ad_hoc_semaphore_whose_name_was_cut_is_read_by_its_digest():
+    name = "x" * (adhoc.MAX_NAME_CHARS + 50)
+    lease = Semaphore(name, limit=2, timeout=10).acquire()
+    stats.flush()
+    try:
+        (view,) = [v for v in monitor.read_all() if v.ad_hoc]
+        again = monitor.read_semaphore(view.ident)
+    finally:
+        lease.release()
+    assert view.name == name[: adhoc.MAX_NAME_CHARS] and view.ident == name_hash(name)
+    assert [p.in_use for p in view.partitions] == [1] and [p.in_use for p in again.partitions] == [1]

@@ -153,6 +153,14 @@ def _starts_with_tokens(raw, rec):
     return out
 
 
+def _current(raw, rec):
+    """[(label, whether django_semaphore.guards.current_lease() was the task's lease)], in start order."""
+    return [
+        (label, flag == "1")
+        for label, flag in (i.decode().split(":") for i in raw.lrange(rec("current"), 0, -1))
+    ]
+
+
 def _now_ms(raw):
     seconds, micros = raw.time()
     return int(seconds) * 1000 + int(micros) // 1000
@@ -178,6 +186,7 @@ def test_a_running_task_holds_a_slot_named_by_its_task_id(app, worker, raw_redis
     assert len(holders) == 1
     assert holders[0].meta["task_id"] == result.id and holders[0].meta["task"] == "tests.job"
     assert _starts(raw_redis, rec)[0][3]  # the task saw its own slot held
+    assert _current(raw_redis, rec) == [("solo", True)]  # the documented current_lease() gives it
     raw_redis.set(rec("go:solo"), "1", ex=600)
     assert result.get(timeout=20) == "solo"
     wait_until(lambda: app.JOBS.holders() == [], 10, message="slot released at the task's end")
@@ -304,6 +313,7 @@ def test_a_view_hands_its_slot_to_a_task(app, worker, live_server, raw_redis, re
     wait_until(lambda: reports.holders() == [], 10, message="released by the task")
     (start,) = _starts(raw_redis, rec)
     assert start[3] and start[2] == 1
+    assert _current(raw_redis, rec) == [("x1", True)]  # an adopted lease is the current lease too
 
 
 def test_a_duplicate_of_a_sent_task_gives_its_slot_back_and_does_not_run(app, worker, raw_redis, rec):

@@ -9,7 +9,8 @@ Install the extra (``pip install django-semaphore[celery]``), then::
     @semaphore_task("exports", key=lambda account_id, **kw: str(account_id))
     def export(account_id): ...
 
-docs/background.rst has the whole story and the figures.  The parts:
+docs/howto/celery-tasks.rst shows how to use it; docs/parking.rst has the whole story
+and the figures.  The parts:
 
 * :mod:`.task`: the decorator; a worker run claims its task id, holds a slot
   (acquired, or adopted from the ticket its message carries) while its body

@@ -19,7 +19,6 @@ gives back: the retry acquires (or parks) like any new task.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import logging
 from collections.abc import Callable, Iterator
@@ -32,6 +31,8 @@ from celery.exceptions import Ignore
 from ... import connection, handoff, refresh
 from ...core import Semaphore, semaphores
 from ...exceptions import SemaphoreBackendError, SemaphoreFull
+from ...guards import current_lease as current_lease  # the one current lease, re-exported
+from ...guards import holding
 from ...handoff import HandoffError
 from ...lease import Lease
 from ...scripting import run
@@ -42,13 +43,6 @@ logger = logging.getLogger("django_semaphore")
 
 F = TypeVar("F", bound=Callable[..., Any])
 KeyArg = str | Callable[..., "str | None"] | None
-
-_current: contextvars.ContextVar[Lease | None] = contextvars.ContextVar("semaphore_task_lease", default=None)
-
-
-def current_lease() -> Lease | None:
-    """The lease held for the running ``semaphore_task`` (None outside one)."""
-    return _current.get()
 
 
 def annotate(lease: Lease, **fields: Any) -> bool:
@@ -104,7 +98,10 @@ def semaphore_task(
     ``name`` is a SEMAPHORES name or a :class:`~django_semaphore.Semaphore`;
     ``key`` a partition value, or a callable ``(*args, **kwargs) -> str |
     None`` given the task's arguments (without the bound task).  ``wait``:
-    seconds to wait for a slot before parking (default 0: park at once).
+    seconds to wait for a slot before parking (a direct or eager call: before
+    raising SemaphoreFull); None (the default) means the semaphore's WAIT,
+    as everywhere (an ad-hoc Semaphore's own ``wait``, 0 unless given), and
+    ``wait=0`` parks at once.  A worker process waits in it: keep it short.
     ``meta``: extra meta stored with the holder (the task's name and id always
     are).  ``ticket_arg``: the name of a kwarg that may carry a
     :meth:`Lease.handoff <django_semaphore.lease.Lease.handoff>` ticket; when
@@ -213,7 +210,7 @@ def _take(
     lease = None
     if not parking.count(semaphore.partition(partition)):  # others parked: behind them
         meta = {**(options.meta or {}), **identity}
-        lease = semaphore.acquire(partition, wait=options.wait or 0, meta=meta)
+        lease = semaphore.acquire(partition, wait=options.wait, meta=meta)  # None: the WAIT
     if lease is None:
         parking.park(semaphore, partition, _parked_message(task, call, semaphore, partition))
         dispatch(semaphore, partition, task.app)  # a slot may have come free meanwhile
@@ -237,14 +234,13 @@ def _parked_message(task: Any, call: Call, semaphore: Semaphore, partition: str 
 
 @contextlib.contextmanager
 def _held(lease: Lease) -> Iterator[None]:
-    """Run the body as the holder of ``lease``: it is the current lease, refreshed
-    by the watchdog, and released at the end whatever happens."""
-    token = _current.set(lease)
+    """Run the body as the holder of ``lease``: it is the current lease
+    (:func:`django_semaphore.guards.current_lease`), refreshed by the watchdog,
+    and released at the end whatever happens."""
     try:
-        with refresh.watching(lease):
+        with holding(lease), refresh.watching(lease):
             yield
     finally:
-        _current.reset(token)
         lease.release()
 
 
@@ -271,7 +267,7 @@ def _run_direct(call: Call, semaphore: Semaphore, partition: str | None, options
     if options.ticket_arg and call.kwargs.get(options.ticket_arg):
         lease = Lease.adopt(call.kwargs[options.ticket_arg])
     else:
-        lease, retry_after = semaphore.try_acquire(partition, wait=options.wait or 0, meta=options.meta)
+        lease, retry_after = semaphore.try_acquire(partition, wait=options.wait, meta=options.meta)
         if lease is None:
             raise SemaphoreFull(semaphore.name, retry_after or 1, partition)
     with _held(lease):

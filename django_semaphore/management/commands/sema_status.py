@@ -1,7 +1,8 @@
 """``manage.py sema_status [NAME]``: the semaphores' figures (and with NAME, its holders).
 
-The terminal twin of the admin pages.  Exit codes: 0 done, 1 Redis failed,
-2 NAME is not in SEMAPHORES.
+The terminal twin of the admin pages: the configured semaphores, then the
+ad-hoc ones in use (LIMIT FROM "ad hoc").  Exit codes: 0 done, 1 Redis
+failed, 2 NAME is neither in SEMAPHORES nor an ad-hoc semaphore in use.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ META_COLUMNS = ("user", "method", "path", "remote_addr", "host", "pid")
 class Command(BaseCommand):
     help = (
         "Show every semaphore with its live partitions: limit, in use, free, waiting, the mode "
-        "in force and where the limit comes from (settings, override, adaptive). With NAME, "
-        "also that semaphore's holders in token order (token, acquired, expires in, meta)."
+        "in force and where the limit comes from (settings, override, adaptive; 'ad hoc' for a "
+        "semaphore made in code without a SEMAPHORES entry, listed while it has live partitions). "
+        "With NAME, also that semaphore's holders in token order (token, acquired, expires in, meta)."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -47,7 +49,8 @@ class Command(BaseCommand):
             "name",
             nargs="?",
             metavar="NAME",
-            help="A semaphore from SEMAPHORES whose holders to list. Default: none (the table only).",
+            help="A semaphore from SEMAPHORES (or an ad-hoc one in use) whose holders to list. "
+            "Default: none (the table only).",
         )
         parser.add_argument(
             "--max-partitions",
@@ -63,12 +66,13 @@ class Command(BaseCommand):
         max_partitions: int = monitor.MAX_PARTITIONS,
         **options: Any,
     ) -> None:
-        if name is not None and name not in semaphores:
-            raise CommandError(
-                f"Unknown semaphore {name!r}. SEMAPHORES has: {', '.join(map(repr, semaphores)) or 'none'}.",
-                returncode=2,
-            )
         try:
+            if name is not None and name not in semaphores and monitor.find_ad_hoc(name) is None:
+                raise CommandError(
+                    f"Unknown semaphore {name!r}: not in SEMAPHORES (which has: "
+                    f"{', '.join(map(repr, semaphores)) or 'none'}), nor an ad-hoc semaphore in use.",
+                    returncode=2,
+                )
             if name is None:
                 views = monitor.read_all(max_partitions)
             else:
@@ -83,24 +87,36 @@ class Command(BaseCommand):
     def summary(self, views: list[monitor.SemaphoreView]) -> str:
         rows: list[list[object]] = []
         for view in views:
+            name = self.shown_name(view)
             if view.error:
-                rows.append([view.name, f"error: {view.error}", "", "", "", "", "", ""])
+                rows.append([name, f"error: {view.error}", "", "", "", "", "", ""])
                 continue
             in_force = [view.mode, self.source(view)]
             if not view.partitions:
-                rows.append([view.name, "(no live partition)", view.limit, 0, view.limit, 0, *in_force])
+                rows.append([name, "(no live partition)", view.limit, 0, view.limit, 0, *in_force])
             for partition in view.partitions:
                 label = "-" if partition.unpartitioned else partition.label[:40]
                 figures = [partition.limit, partition.in_use, partition.free, partition.waiting]
-                rows.append([view.name, label, *figures, *in_force])
+                rows.append([name, label, *figures, *in_force])
             if view.hidden:
-                rows.append([view.name, f"(+{view.hidden} more partitions)", "", "", "", "", "", ""])
+                rows.append([name, f"(+{view.hidden} more partitions)", "", "", "", "", "", ""])
         headers = ["SEMAPHORE", "PARTITION", "LIMIT", "IN USE", "FREE", "WAITING", "MODE", "LIMIT FROM"]
         return format_table(headers, rows, right={2, 3, 4, 5})
 
     @staticmethod
+    def shown_name(view: monitor.SemaphoreView) -> str:
+        """The name for a table cell: an ad-hoc semaphore's (made in code, perhaps from
+        data) on one line, and cut."""
+        if not view.ad_hoc:
+            return view.name
+        name = view.name if view.name.isprintable() else repr(view.name)[1:-1]
+        return name if len(name) <= 60 else name[:59] + "…"
+
+    @staticmethod
     def source(view: monitor.SemaphoreView) -> str:
         """Where the limit in force comes from, with what settings say when they are overridden."""
+        if view.ad_hoc:
+            return "ad hoc"
         if view.source == "override":
             return f"override (settings: {view.settings_limit} {view.settings_mode})"
         if view.source == "adaptive" and view.adaptive_bounds is not None:

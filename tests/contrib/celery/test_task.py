@@ -1,13 +1,19 @@
 """contrib.celery.task: semaphore_task outside a worker (direct and eager calls), annotate."""
 
+import time
+
 import pytest
 
 pytest.importorskip("celery")
 
 from celery import Celery
+from celery.app.task import Context
+from celery.exceptions import Ignore
 
-from django_semaphore import Semaphore, SemaphoreFull
-from django_semaphore.contrib.celery import task
+from django_semaphore import Semaphore, SemaphoreFull, guards
+from django_semaphore.contrib import celery as sc
+from django_semaphore.contrib.celery import parking, task
+from tests.contrib.celery.support import Outbox
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -75,3 +81,111 @@ def test_disabled_semaphores_pass_through(settings):
     assert work() == "ran"
     settings.SEMAPHORE_ENABLED = True
     held.release()
+
+
+def test_there_is_one_current_lease():
+    """contrib.celery's current_lease is the function guards' (one ContextVar, below both)."""
+    assert sc.current_lease is task.current_lease is guards.current_lease
+
+
+def test_the_documented_current_lease_gives_the_tasks_lease_direct_and_eager():
+    sem = Semaphore("cel-current", limit=1, timeout=30)
+    app = celery_app()
+    inner = Semaphore("cel-inner", limit=1, timeout=30)
+    seen = []
+
+    @app.task
+    @task.semaphore_task(sem)
+    def work():
+        lease = guards.current_lease()
+        holders = [h.identifier for h in sem.holders()]
+        by_name = guards.current_lease("cel-current")
+        seen.append((lease.semaphore.name, holders == [lease.identifier], by_name))
+
+        @inner
+        def nested():  # a guard inside the task: the innermost is current, the task's by name
+            return guards.current_lease().semaphore.name, guards.current_lease("cel-current") is lease
+
+        return nested()
+
+    assert work() == ("cel-inner", True)
+    assert work.delay().get() == ("cel-inner", True)  # eager
+    assert [(name, own) for name, own, _ in seen] == [("cel-current", True)] * 2
+    assert all(by_name is not None for _, _, by_name in seen)
+    assert guards.current_lease() is None
+
+
+@pytest.fixture
+def waiting_entry(settings):
+    settings.SEMAPHORES = {**settings.SEMAPHORES, "cel-wait": {"LIMIT": 1, "TIMEOUT": 30, "WAIT": 0.5}}
+
+
+def _refused_after(func):
+    started = time.monotonic()
+    with pytest.raises(SemaphoreFull) as refused:
+        func()
+    return time.monotonic() - started, refused.value.reason
+
+
+@pytest.mark.usefixtures("waiting_entry")
+def test_wait_none_is_the_entrys_wait_and_wait_0_refuses_at_once():
+    held = Semaphore("cel-wait").acquire()
+    try:
+
+        @task.semaphore_task("cel-wait")
+        def configured():
+            return "ran"
+
+        @task.semaphore_task("cel-wait", wait=0)
+        def at_once():
+            return "ran"
+
+        waited, reason = _refused_after(configured)
+        assert waited >= 0.45 and reason == "timeout"
+        waited, reason = _refused_after(at_once)
+        assert waited < 0.4 and reason == "full"
+    finally:
+        held.release()
+
+
+def test_wait_none_is_an_ad_hoc_semaphores_own_wait():
+    sem = Semaphore("cel-wait-adhoc", limit=1, timeout=30, wait=0.5)
+    held = sem.acquire(wait=0)
+
+    @task.semaphore_task(sem)
+    def work():
+        return "ran"
+
+    try:
+        waited, reason = _refused_after(work)
+        assert waited >= 0.45 and reason == "timeout"
+    finally:
+        held.release()
+    assert work() == "ran"
+
+
+class _WorkerTask:
+    """A task in a worker, as _take sees it: its name, request and app."""
+
+    name = "app.export"
+
+    def __init__(self):
+        self.app = Outbox()
+        self.request = Context(id="task-1", args=(), kwargs={}, delivery_info={})
+
+
+@pytest.mark.usefixtures("waiting_entry")
+@pytest.mark.parametrize(("wait", "least", "most"), [(None, 0.45, 5), (0, 0, 0.4)])
+def test_in_a_worker_wait_none_waits_the_entrys_wait_before_parking(wait, least, most):
+    sem = Semaphore("cel-wait")
+    held = sem.acquire()
+    options = task.Options("cel-wait", None, None, wait, None)
+    call = task.Call(lambda: "ran", (), {}, ())
+    try:
+        started = time.monotonic()
+        with pytest.raises(Ignore):
+            task._take(_WorkerTask(), call, sem, None, options, None)
+        assert least <= time.monotonic() - started < most
+        assert parking.count(sem.partition(None)) == 1  # parked after waiting
+    finally:
+        held.release()

@@ -1,5 +1,6 @@
 """manage.py sema_cleanup, against the real Redis."""
 
+import json
 import subprocess
 import sys
 import threading
@@ -7,7 +8,8 @@ import threading
 import pytest
 from django.core.management import CommandError
 
-from django_semaphore import Semaphore, semaphores
+from django_semaphore import Semaphore, adhoc, conf, semaphores, stats
+from django_semaphore.keys import adhoc_key, name_hash
 from tests.helpers import run_command, wait_until_expired
 from tests.servers import free_port
 
@@ -76,14 +78,42 @@ def test_selected_semaphores(expired_and_live):
     ]
 
 
-def test_unconfigured_semaphores_under_the_prefix_are_cleaned(raw_redis):
-    retired = Semaphore("retired:old", limit=3, timeout=0.2)
+def test_unconfigured_semaphores_under_the_prefix_are_cleaned(raw_redis, settings):
+    settings.SEMAPHORES = {**SEMAPHORES, "retired:old": {"LIMIT": 3, "TIMEOUT": 0.2}}
+    retired = semaphores["retired:old"]
     assert retired.acquire() and retired.acquire()
+    settings.SEMAPHORES = SEMAPHORES  # removed from settings while its entries are in Redis
     wait_until_expired(raw_redis, retired.partition())
     lines = run_command("sema_cleanup", verbosity=2)
     assert "retired_old (not in SEMAPHORES): removed 2 expired entries from 1 partitions." in lines
     assert lines[-1] == "Removed 2 expired entries from 4 semaphores."
     assert raw_redis.zcard(retired.partition().timeouts) == 0
+
+
+def test_ad_hoc_semaphores_are_cleaned_and_their_unused_records_removed(raw_redis):
+    adhoc.forget()
+    crawler = Semaphore("crawl:er", limit=3, timeout=0.2)
+    assert crawler.acquire() and crawler.acquire()
+    live = Semaphore("live-ad-hoc", limit=1, timeout=30)
+    held = live.acquire()
+    stats.flush()
+    registry = adhoc_key(conf.setting("SEMAPHORE_KEY_PREFIX"))
+    # A record whose semaphore has had no partition for longer than the record lasts.
+    old = json.loads(raw_redis.hget(registry, name_hash("live-ad-hoc")))
+    raw_redis.hset(registry, name_hash("gone"), json.dumps({**old, "name": "gone", "until": 1}))
+    raw_redis.hset(registry, name_hash("live-ad-hoc"), json.dumps({**old, "until": 1}))  # live: kept
+    wait_until_expired(raw_redis, crawler.partition())
+    lines = run_command("sema_cleanup", "--dry-run", verbosity=2)
+    assert "crawl:er (ad hoc): would remove 2 expired entries from 1 partitions." in lines
+    assert raw_redis.hexists(registry, name_hash("gone"))  # a dry run removes nothing
+    lines = run_command("sema_cleanup", verbosity=2)
+    assert "crawl:er (ad hoc): removed 2 expired entries from 1 partitions." in lines
+    assert "Removed 1 unused ad-hoc semaphore records." in lines
+    assert lines[-1] == "Removed 2 expired entries from 5 semaphores."
+    assert raw_redis.zcard(crawler.partition().timeouts) == 0
+    fields = {f.decode() for f in raw_redis.hkeys(registry)}
+    assert fields == {name_hash("crawl:er"), name_hash("live-ad-hoc")}  # crawl:er's record is recent
+    held.release()
 
 
 @pytest.mark.parametrize("backend", ["cluster"], indirect=True)

@@ -3,7 +3,7 @@
 import pytest
 from django.core.management import CommandError
 
-from django_semaphore import semaphores
+from django_semaphore import Semaphore, adhoc, semaphores, stats
 from tests.helpers import run_command
 
 # Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py),
@@ -76,3 +76,19 @@ def test_status_unknown_name():
     with pytest.raises(CommandError, match="Unknown semaphore 'nope'") as info:
         run_command("sema_status", "nope")
     assert info.value.returncode == 2
+
+
+def test_ad_hoc_semaphores_in_use_are_listed_and_shown():
+    adhoc.forget()
+    crawler = Semaphore("crawler", limit=3, timeout=10)
+    lease = crawler.acquire(key="example.com", meta={"user": "dana", "method": "CRAWL"})
+    stats.flush()
+    try:
+        rows = [line.split() for line in run_command("sema_status")[2:]]
+        out = "\n".join(run_command("sema_status", "crawler"))
+    finally:
+        lease.release()
+    assert rows[-1] == ["crawler", "example.com", "3", "1", "2", "0", "enforce", "ad", "hoc"]
+    assert [row[0] for row in rows[:-1]] == list(SEMAPHORES)
+    assert "Partition example.com: 1 of 3 in use" in out and "dana" in out
+    assert "crawler" not in [line.split()[0] for line in run_command("sema_status")[2:]]  # released
