@@ -33,9 +33,14 @@ class SemaphoreError(Exception):
 class SemaphoreFull(SemaphoreError):
     """No slot was free (within the allowed wait).
 
-    ``retry_after`` is the number of whole seconds (>= 1, capped at the
-    semaphore's TIMEOUT) until the earliest current lease expires; ``name`` is
-    the semaphore's name and ``key`` the partition value, if any.  ``reason``
+    ``retry_after`` is an estimate, in whole seconds (>= 1, at most the
+    semaphore's TIMEOUT), of when this caller could get a slot: with the
+    default "lua" algorithm, from the partition's recent hold times and the
+    queue ahead of the caller, never later than the earliest lease expiry (a
+    0.3 s view under TIMEOUT 60 says 1 or 2, not 60); until a first release
+    has been recorded, and with the Redis in Action variants, the time to the
+    earliest expiry.  ``name`` is the semaphore's name and ``key`` the
+    partition value, if any.  ``reason``
     says why: ``"full"`` (refused without waiting), ``"timeout"`` (waited
     WAIT in vain), ``"queue_full"`` (MAX_WAITERS) or ``"paused"`` (the limit in
     force is 0).  Without ``reason``, a :class:`RetryAfter` ``retry_after``

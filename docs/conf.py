@@ -6,6 +6,7 @@ import sys
 DOCS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(DOCS))  # the project root: django_semaphore
 sys.path.insert(0, DOCS)  # docs_settings
+sys.path.insert(0, os.path.join(DOCS, "_ext"))  # djangocommands
 
 # autodoc imports the package, which needs Django configured: a settings
 # module of the docs' own (never the environment's: it may name a project
@@ -26,10 +27,11 @@ version = release = django_semaphore.__version__
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.viewcode",
+    "djangocommands",  # docs/_ext: ``.. django-command::``, a command's options from its parser
 ]
 
 # Offline and deterministic: no intersphinx (it would fetch inventories).
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "_ext"]
 templates_path: list[str] = []
 html_static_path: list[str] = []
 html_theme = "furo"

@@ -57,14 +57,21 @@ DEMOS = [
         "title": "Slow report",
         "semaphore": "reports",
         "how": '@semaphore("reports") on a view that works for 3 s',
-        "try": "Open it in three tabs at once: two get the report, the third a 429 page.",
+        "try": (
+            "Open ?tab=1, ?tab=2 and ?tab=3 in three tabs at once: two get the report, the third "
+            "a 429 page. (Give each tab its own query string: Chromium holds a second request for "
+            "the very same URL back until the first one answers.)"
+        ),
     },
     {
         "url_name": "per-user",
         "title": "Per-user view",
         "semaphore": "per-user",
         "how": '@semaphore("per-user"), KEY "user": one at a time per user',
-        "try": "Two tabs as the same user: one is refused. Another user (or a private window) is not.",
+        "try": (
+            "Two tabs as the same user (?tab=1, ?tab=2): one is refused. Another user (or a private "
+            "window) is not."
+        ),
     },
     {
         "url_name": "api-items",

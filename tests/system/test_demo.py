@@ -131,6 +131,51 @@ def test_burst_shows_200s_and_429s_with_retry_after(demo, browser):
 
 
 @pytest.mark.browser
+def test_the_tutorials_walk_three_tabs_give_a_429_page_and_the_admin_shows_the_holders(demo, browser):
+    """docs/tutorial.rst, step 1: two tabs of /report/?seconds=10 hold the two slots of
+    "reports", a third tab gets the 429 page, and the admin's page of "reports" lists the two
+    holders. Each tab has a query string of its own: Chromium holds a second request for the
+    very same URL back until the first one has answered, so three tabs of /report/ ran one
+    after the other (each got 200). Takes the tutorial's two pictures (``make screenshots``)."""
+    from playwright.sync_api import expect
+
+    context = browser.new_context(viewport={"width": 1100, "height": 700})
+    context.set_default_timeout(20_000)
+    try:
+        admin = context.new_page()
+        admin.goto(demo["url"] + "/admin/login/?next=/admin/")
+        admin.fill("#id_username", "admin")
+        admin.fill("#id_password", "admin")
+        admin.click("input[type=submit]")
+        expect(admin.get_by_role("link", name="Semaphores").first).to_be_visible()
+        for tab in (1, 2):  # navigations that are not waited for: both run at once
+            page = context.new_page()
+            page.goto(demo["url"] + "/")
+            page.evaluate(f"window.location.href = '/report/?seconds=10&tab={tab}'")
+        admin.goto(demo["url"] + "/admin/django_semaphore/semaphore/reports/")
+        expect(admin.locator("#content")).to_contain_text("2 of 2 in use", timeout=20_000)
+
+        third = context.new_page()
+        third.set_viewport_size({"width": 700, "height": 420})
+        response = third.goto(demo["url"] + "/report/?tab=3")
+        assert response.status == 429
+        assert int(response.headers["retry-after"]) >= 1
+        expect(third.locator("body")).to_contain_text("Too Many Requests", ignore_case=True)
+        if os.environ.get("SEMAPHORE_SCREENSHOTS"):
+            third.screenshot(path=os.path.join(os.environ["SEMAPHORE_SCREENSHOTS"], "tutorial-429.png"))
+
+        admin.reload()
+        content = admin.locator("#content")
+        expect(content).to_contain_text("2 of 2 in use")
+        expect(content.get_by_text("/report/", exact=True)).to_have_count(2)
+        if os.environ.get("SEMAPHORE_SCREENSHOTS"):
+            path = os.path.join(os.environ["SEMAPHORE_SCREENSHOTS"], "tutorial-admin-holders.png")
+            content.screenshot(path=path)
+    finally:
+        context.close()
+
+
+@pytest.mark.browser
 @pytest.mark.parametrize(
     ("target", "semaphore", "limit"), [("/api/items/", "api", 3), ("/async/", "async-work", 2)]
 )
