@@ -34,7 +34,7 @@ from . import conf, connection
 from .algorithms import ALGORITHMS, Granted
 from .exceptions import SemaphoreError
 from .keys import PartitionKeys, name_hash
-from .scripting import Command, LuaScript, Operation, Script, arun, run
+from .scripting import Command, LuaScript, Operation, Script, arun, one, run
 from .validation import validate_entry
 
 if TYPE_CHECKING:
@@ -212,12 +212,7 @@ def claim_op(lease: Lease, adopter: str) -> Operation[bool]:
 
 def adopted(lease: Lease) -> bool:
     """Whether ``lease``'s ticket has been adopted (one round trip)."""
-    return bool(run(connection.get_client(), _exists(lease.keys.adopted(lease.identifier))))
-
-
-def _exists(key: str) -> Operation[int]:
-    reply = yield Command(("EXISTS", key))
-    return int(reply)
+    return bool(run(connection.get_client(), one(Command(("EXISTS", lease.keys.adopted(lease.identifier))))))
 
 
 def _claimed(lease: Lease, claimed: bool) -> Lease:

@@ -198,6 +198,12 @@ def lengthen(ttl_ms: int, *keys: str) -> tuple[Any, ...]:
     return ("EVAL", LENGTHEN_SOURCE, len(keys), *keys, ttl_ms)
 
 
+def one(request: Request) -> Operation[Any]:
+    """The operation of a single request: its result is Redis's reply."""
+    reply = yield request
+    return reply
+
+
 _MULTI: LuaScript | None = None
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ... import conf, connection
 from ...keys import PartitionKeys
-from ...scripting import Command, LuaScript, Operation, Request, Script, run
+from ...scripting import Command, LuaScript, Script, one, run
 
 QUEUE_SUFFIX = "celery:q"  # LIST of parked task messages, oldest first
 LOCK_SUFFIX = "celery:l"  # STRING: the dispatcher of this partition now
@@ -38,19 +38,14 @@ RENEW_IF = LuaScript("renew_if")
 UNLOCK = LuaScript("unlock")
 
 
-def _one(request: Request) -> Operation[Any]:
-    reply = yield request
-    return reply
-
-
 def command(*words: Any) -> Any:
     """Send one command; its reply."""
-    return run(connection.get_client(), _one(Command(words)))
+    return run(connection.get_client(), one(Command(words)))
 
 
 def script(lua: LuaScript, keys: tuple[str, ...], *args: Any) -> Any:
     """Run one of the scripts above; its reply."""
-    return run(connection.get_client(), _one(Script(lua, keys, args)))
+    return run(connection.get_client(), one(Script(lua, keys, args)))
 
 
 def text(value: Any) -> str:
