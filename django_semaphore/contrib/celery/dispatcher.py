@@ -27,7 +27,7 @@ from ... import connection
 from ...core import Semaphore
 from ...exceptions import SemaphoreBackendError
 from ...lease import Lease
-from . import parking, store
+from . import parking, runs, store
 
 logger = logging.getLogger("django_semaphore")
 
@@ -63,11 +63,17 @@ def _dispatch(semaphore: Semaphore, key: str | None, app: Any, wait: float) -> t
     keys = semaphore.partition(key)
     if not parking.count(keys):
         return 0, False
-    # The lock's value says whether its holder queues for a slot ("w") or just looks ("n").
-    lock, token = store.lock_key(keys), ("w:" if wait else "n:") + os.urandom(8).hex()
+    # The lock's value says whether its holder queues for a slot ("w") or just looks
+    # ("n"), and which process holds it: "w:<host>:<pid>:<nonce>".
+    lock = store.lock_key(keys)
+    token = f"{'w' if wait else 'n'}:{runs.HOST}:{os.getpid()}:{os.urandom(8).hex()}"
     if not store.command("SET", lock, token, "NX", "PX", LOCK_MS):
         holder = store.command("GET", lock)
-        return 0, holder is not None and store.text(holder).startswith("w:")  # another is at it
+        seen = "" if holder is None else store.text(holder)
+        # A worker restarted on this host takes over its dead predecessor's lock at
+        # once, instead of leaving the partition's parked tasks for up to LOCK_MS.
+        if not (_holder_gone(seen) and store.script(store.SWAP_IF, (lock,), seen, token, LOCK_MS)):
+            return 0, seen.startswith("w:")  # another is at it
     try:
         with _kept(lock, token, wait):
             return _send_parked(semaphore, key, app, wait, token), False
@@ -129,6 +135,14 @@ def _kept(lock: str, token: str, wait: float) -> Iterator[None]:
     finally:
         stop.set()
         keeper.join()
+
+
+def _holder_gone(value: str) -> bool:
+    """Whether the dispatcher lock ``value`` belongs to a process of this host that is gone."""
+    parts = value.split(":", 3)
+    if len(parts) != 4 or not parts[2].isdigit():
+        return False  # no lock, or one of an older version: it lapses within LOCK_MS
+    return runs.process_gone(parts[1], int(parts[2]))
 
 
 def _revoked(parked_message: dict[str, Any]) -> bool:

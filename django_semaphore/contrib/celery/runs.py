@@ -86,15 +86,20 @@ class _Claimant:
 
     def dead(self) -> bool:
         """Whether the claimant's process is gone (only knowable on this host)."""
-        if self.host != HOST or self.pid == os.getpid():
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except OSError:  # another user's process: alive
-            return False
+        return process_gone(self.host, self.pid)
+
+
+def process_gone(host: str, pid: int) -> bool:
+    """Whether process ``pid`` of ``host`` is gone: known only on this host, never of this process."""
+    if host != HOST or pid == os.getpid():
         return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: alive
+        return False
+    return False
 
 
 def claim(keys: PartitionKeys, task_id: str, identifier: str = "") -> Run | Duplicate:

@@ -35,6 +35,7 @@ UNREGISTER = LuaScript("celery_unregister")
 CLAIM_RUN = LuaScript("celery_claim_run")
 END_RUN = LuaScript("celery_end_run")
 RENEW_IF = LuaScript("renew_if")
+SWAP_IF = LuaScript("swap_if")
 UNLOCK = LuaScript("unlock")
 
 

@@ -117,3 +117,32 @@ def test_the_dispatcher_queues_for_a_slot_and_sends_at_the_release():
     finally:
         thread.stop()
     assert not thread.thread.is_alive()
+
+
+def test_a_dead_process_lock_on_this_host_is_taken_over_at_once(backend_redis):
+    """A worker restarted on the same host does not leave the parked tasks waiting for
+    its killed predecessor's dispatcher lock to lapse; a live holder's lock is respected."""
+    import os
+    import subprocess
+
+    from django_semaphore.contrib.celery import runs
+
+    sem = Semaphore("cel-takeover", limit=1, timeout=30)
+    parking.park(sem, None, message(sem, None, 0))
+    lock = store.lock_key(sem.partition())
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid of this host that no longer runs
+    backend_redis.set(lock, f"w:{runs.HOST}:{gone.pid}:dead", px=60_000)
+    outbox = Outbox()
+    assert dispatcher.dispatch(sem, None, outbox) == 1  # taken over, not after 60 s
+    assert [m["id"] for m in outbox.sent] == ["id-0"]
+    Lease.adopt(outbox.sent[0]["kwargs"][dispatcher.PARKED_KWARG]).release()  # its slot is free again
+    parking.park(sem, None, message(sem, None, 1))
+    alive = f"w:{runs.HOST}:{os.getppid()}:alive"  # our parent runs: its lock stands
+    backend_redis.set(lock, alive, px=60_000)
+    assert dispatcher.dispatch(sem, None, outbox) == 0
+    backend_redis.set(lock, f"w:other-host:{gone.pid}:dead", px=60_000)  # another host's: unknowable
+    assert dispatcher.dispatch(sem, None, outbox) == 0
+    assert backend_redis.get(lock).decode().startswith("w:other-host:")
+    backend_redis.delete(lock)
+    assert dispatcher.dispatch(sem, None, outbox) == 1  # the slot was free all along
