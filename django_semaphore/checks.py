@@ -24,11 +24,12 @@
 | E020 | PERMITS not an int from 1 to LIMIT, a callable or a dotted path to one |
 | E021 | PRIORITY not an int, a callable or a dotted path to one |
 | E022 | MAX_WAITERS not None or an int >= 0 |
-| E023 | PERMITS, PRIORITY, MAX_WAITERS or ADAPTIVE with an ALGORITHM other than "lua" |
+| E023 | PERMITS, PRIORITY, MAX_WAITERS, ADAPTIVE or SLOTS with an ALGORITHM other than "lua" |
 | E024 | ADAPTIVE not None or a dict; unknown keys; MIN/MAX not ints; bad INTERVAL, TOLERANCE, MIN_SAMPLES |
 | E025 | ADAPTIVE's MIN above its MAX |
 | E026 | ADAPTIVE's MIN or MAX outside 1..1,000,000 |
 | E027 | (urls) a ``@semaphore`` view names no SEMAPHORES entry, or a key, permits or priority it refuses |
+| E028 | SLOTS not True or False |
 | W001 | ALGORITHM "basic" or "fair": over-admits under contention |
 | W002 | (deploy) the django-redis alias has no SOCKET_CONNECT_TIMEOUT / SOCKET_TIMEOUT |
 | W003 | (deploy) Redis cannot be reached |

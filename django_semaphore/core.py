@@ -108,6 +108,7 @@ class Semaphore:
         permits: int = 1,
         priority: int = 0,
         adaptive: dict[str, Any] | None = None,
+        slots: bool = False,
     ) -> None:
         self.name = name
         self._config: SemaphoreConfig | None
@@ -130,6 +131,8 @@ class Semaphore:
             ):
                 if value != default:
                     entry[option] = value
+            if slots is not False:  # 0 == False, but 0 is no bool: validated (E028)
+                entry["SLOTS"] = slots
             config, problems = validate_entry(name, entry)
             for problem in problems:
                 if not problem.warning:
@@ -222,8 +225,9 @@ class Semaphore:
     ) -> Operation[Outcome]:
         algorithm = ALGORITHMS[config.algorithm]
         args = (keys, config.limit if limit is None else limit, config.timeout_ms, identifier, meta)
+        slots = config.slots
         if dry_run:
-            return algorithm.acquire(*args, dry_run=True, permits=permits, priority=priority)
+            return algorithm.acquire(*args, dry_run=True, permits=permits, priority=priority, slots=slots)
         if wait > 0:
             queued = None
             if config.adaptive is not None:  # a caller that has to queue is pressure on the limit
@@ -240,10 +244,13 @@ class Semaphore:
                 priority=priority,
                 max_waiters=config.max_waiters,
                 on_queued=queued,
+                slots=slots,
             )
-        if permits == 1 and priority == 0 and config.max_waiters is None:
+        if permits == 1 and priority == 0 and config.max_waiters is None and not slots:
             return algorithm.acquire(*args)
-        return algorithm.acquire(*args, permits=permits, priority=priority, max_waiters=config.max_waiters)
+        return algorithm.acquire(
+            *args, permits=permits, priority=priority, max_waiters=config.max_waiters, slots=slots
+        )
 
     def _admission(
         self,
@@ -431,8 +438,8 @@ class Semaphore:
         ``permits`` (1 to the limit in force, else ValueError) is how many of
         the limit this holder counts for; ``priority`` orders the waiters
         (higher first, then arrival).  The lease's ``slots`` are its slot
-        numbers.  Raises :class:`~django_semaphore.SemaphoreBackendError` if
-        Redis fails.
+        numbers with SLOTS True, else ``()``.  Raises
+        :class:`~django_semaphore.SemaphoreBackendError` if Redis fails.
         """
         return self.try_acquire(key, wait, meta, permits, priority)[0]
 

@@ -90,7 +90,8 @@ def make_ticket(lease: Lease) -> str:
         "a": lease.acquired_ms,
         "e": lease.expires_ms,
         "b": lease.keys.base,
-        "s": list(lease.slots),  # the slot numbers held (as many as its permits)
+        "s": list(lease.slots),  # the slot numbers held (SLOTS True: as many as its permits)
+        "p": lease.permits,
         "to": config.timeout,
         "al": config.algorithm,
         # How long the ticket is good for: until the lease would expire, plus a margin.
@@ -178,7 +179,8 @@ def lease_from_ticket(lease_class: type[Lease], ticket: str) -> Lease:
                 f"The ticket's keys are not those of semaphore {name!r} under this SEMAPHORE_KEY_PREFIX."
             )
         slots = tuple(int(n) for n in payload.get("s", ()))
-        granted = Granted(int(payload["t"]), int(payload["a"]), int(payload["e"]), slots=slots)
+        permits = int(payload.get("p", len(slots) or 1))
+        granted = Granted(int(payload["t"]), int(payload["a"]), int(payload["e"]), False, slots, permits)
     except (KeyError, TypeError, ValueError) as exc:
         raise HandoffError("The semaphore ticket is of an unknown format.") from exc
     semaphore, config = _semaphore(payload)

@@ -45,7 +45,7 @@ class Holder(NamedTuple):
     expires_at: datetime.datetime
     meta: dict[str, Any]
     permits: int = 1  # how many of the limit it holds
-    slots: tuple[int, ...] = ()  # its slot numbers ("lua"; empty for the Redis in Action variants)
+    slots: tuple[int, ...] = ()  # its slot numbers (SLOTS True; empty otherwise)
 
 
 class Waiter(NamedTuple):
@@ -93,9 +93,7 @@ def holders(keys: PartitionKeys, algorithm: Algorithm) -> Operation[list[Holder]
     Live on the clock ``algorithm`` writes expiries with.
     """
     reply = yield Script(HOLDERS, keys.main, (algorithm.clock(),))
-    result = [
-        _parse_holder(reply[i], reply[i + 1], reply[i + 2], reply[i + 3]) for i in range(1, len(reply), 4)
-    ]
+    result = [_parse_holder(*reply[i : i + 5]) for i in range(1, len(reply), 5)]
     # The owner ZSET scores are doubles: beyond 2**53 neighbouring tokens
     # can share a score, so the exact tokens settle the order.
     result.sort(key=lambda holder: holder.token)
@@ -131,9 +129,10 @@ def _parse_waiter(identifier: Any, ticket: Any, record: Any, priority: Any, perm
     )
 
 
-def _parse_holder(identifier: Any, expires_ms: Any, record: Any, slots: Any = b"") -> Holder:
+def _parse_holder(identifier: Any, expires_ms: Any, record: Any, slots: Any, permits: Any) -> Holder:
     """A :class:`Holder` from its identifier, expiry, ``token:acquired_ms:meta json``
-    record and slot numbers (``3,5``; empty for the Redis in Action variants).
+    record, slot numbers (``3,5``; empty without SLOTS and for the Redis in
+    Action variants) and permits.
 
     A malformed record still gives a Holder (token 0, no acquired_at, the
     unparsable meta under ``"raw"``): the admin shows what is there.
@@ -152,7 +151,7 @@ def _parse_holder(identifier: Any, expires_ms: Any, record: Any, slots: Any = b"
         to_datetime(int(acquired)) if acquired.isdigit() else None,
         to_datetime(int(expires_ms)),
         meta,
-        len(numbers) or 1,
+        max(1, as_int(permits)),
         numbers,
     )
 

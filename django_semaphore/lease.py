@@ -48,6 +48,7 @@ class Lease:
         "over_limit",
         "permits",
         "slots",
+        "ticket",
         "_started",
         "_done",
         "_lost",
@@ -81,10 +82,14 @@ class Lease:
         #: True only in MODE "dry_run" (or "off") when enforcing would have refused this caller.
         self.over_limit = granted.over_limit
         #: The slot numbers held, one per permit: distinct among the partition's
-        #: live holders, in range(limit) ("lua"; empty for the other algorithms).
+        #: live holders, in range(limit) (SLOTS True; empty otherwise).
         self.slots = granted.slots
         #: How many of the limit this lease holds.
-        self.permits = len(granted.slots) or 1
+        self.permits = granted.permits
+        #: Its queue ticket number (server microseconds when it queued) if it
+        #: waited in the queue, else "": with the token, the server's own
+        #: record of arrival and grant order.
+        self.ticket = granted.ticket
         self._started = time.monotonic()  # for the hold time (stats)
         self._done = False
         self._lost = False

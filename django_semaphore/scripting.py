@@ -32,7 +32,10 @@ class LuaScript:
     The source is the script after the definitions of ``_lib.lua`` that it
     uses (directly or through another definition), in the prelude's order:
     Redis runs the whole source on every call, so a definition the script
-    never uses would cost a closure per call for nothing.
+    never uses would cost a closure per call for nothing.  A script whose
+    common case returns early marks where it ends with a :data:`REST` line:
+    the definitions only the rest uses go there, so that the common case does
+    not pay for them either.
     """
 
     _prelude: tuple[str, tuple[tuple[frozenset[str], str], ...]] | None = None
@@ -43,11 +46,18 @@ class LuaScript:
         header, definitions = LuaScript._prelude
         body = _read(f"{name}.lua")
         self.name = name
-        self.source = header + "".join(used_definitions(definitions, body)) + body
+        common, marker, rest = body.partition(REST)
+        first = used_definitions(definitions, common)
+        later = [text for text in used_definitions(definitions, body) if text not in first] if marker else []
+        self.source = header + "".join(first) + common + marker + "".join(later) + rest
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()
 
     def __repr__(self) -> str:
         return f"<LuaScript {self.name} {self.sha[:8]}>"
+
+
+#: The line of a script after which come the definitions only the rest of it uses.
+REST = "-- (the rest of the script)\n"
 
 
 def _read(filename: str) -> str:

@@ -45,6 +45,7 @@ ENTRY_DEFAULTS: dict[str, Any] = {
     "PERMITS": 1,
     "PRIORITY": 0,
     "ADAPTIVE": None,
+    "SLOTS": False,
 }
 ENTRY_OPTIONS = frozenset(ENTRY_DEFAULTS) | {"LIMIT"}
 
@@ -53,7 +54,7 @@ ALGORITHM_NAMES = ("lua", "fair_locked", "fair", "basic")
 #: would-be refusals; "off": guards pass through without touching Redis.
 MODES = ("enforce", "dry_run", "off")
 OVER_ADMITTING = ("fair", "basic")
-#: The algorithms that take PERMITS, PRIORITY and MAX_WAITERS (and give slot numbers).
+#: The algorithms that take PERMITS, PRIORITY, MAX_WAITERS, ADAPTIVE and SLOTS.
 SCHEDULING = ("lua",)
 NAMED_KEYS: dict[str, KeyFunc] = {"ip": partitions.by_ip, "user": partitions.by_user}
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
@@ -128,6 +129,7 @@ class SemaphoreConfig:
     permits: PerRequest = 1  # an int, or a callable (request) -> int
     priority: PerRequest = 0  # an int, or a callable (request) -> int
     adaptive: AdaptiveConfig | None = None  # None: the limit is LIMIT (or an override's)
+    slots: bool = False  # True: each holder gets slot numbers (lease.slots); False: lease.slots == ()
 
     @property
     def timeout_ms(self) -> int:
@@ -627,14 +629,34 @@ def validate_adaptive(entry: str, value: object, limit: int | None) -> Checked[A
     return config, []
 
 
+def validate_slots(entry: str, value: object) -> Checked[bool]:
+    """E028: SLOTS, True or False (not 1 or 0, not "yes")."""
+    if isinstance(value, bool):
+        return value, []
+    return False, [
+        Problem(
+            "django_semaphore.E028",
+            f"{entry}['SLOTS'] is {_shown(value)}; it must be True or False.",
+            "Set SLOTS to True to give each holder slot numbers (lease.slots), or False "
+            "(the default: lease.slots is () and nothing is spent on them).",
+        )
+    ]
+
+
 def validate_scheduling(entry: str, algorithm: str, raw: Mapping[object, object]) -> list[Problem]:
-    """E023: PERMITS other than 1, PRIORITY, MAX_WAITERS or ADAPTIVE with an algorithm that has
-    no scheduling."""
+    """E023: PERMITS other than 1, PRIORITY, MAX_WAITERS, ADAPTIVE or SLOTS with an algorithm
+    that has no scheduling."""
     if algorithm in SCHEDULING:
         return []
     used = [
         option
-        for option, default in (("PERMITS", 1), ("PRIORITY", 0), ("MAX_WAITERS", None), ("ADAPTIVE", None))
+        for option, default in (
+            ("PERMITS", 1),
+            ("PRIORITY", 0),
+            ("MAX_WAITERS", None),
+            ("ADAPTIVE", None),
+            ("SLOTS", False),
+        )
         if option in raw and raw[option] != default
     ]
     if not used:
@@ -643,7 +665,7 @@ def validate_scheduling(entry: str, algorithm: str, raw: Mapping[object, object]
         Problem(
             "django_semaphore.E023",
             f"{entry} sets {', '.join(used)}, which ALGORITHM {algorithm!r} does not support.",
-            "Permits, priorities, MAX_WAITERS, slot numbers and the adaptive limit belong to the "
+            "Permits, priorities, MAX_WAITERS, slot numbers (SLOTS) and the adaptive limit belong to the "
             "default ALGORITHM 'lua': "
             "use it, or remove these options.",
         )
@@ -655,8 +677,8 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
 
     The problems, warnings included, come in a fixed order: unknown options,
     then LIMIT, TIMEOUT, WAIT, ALGORITHM, KEY, AUTO_REFRESH, PATHS, URL_NAMES,
-    METHODS, MODE, MAX_WAITERS, PERMITS, PRIORITY, ADAPTIVE and the algorithm's
-    support for the last four (the order the system checks list them in).
+    METHODS, MODE, MAX_WAITERS, PERMITS, PRIORITY, ADAPTIVE, SLOTS and the
+    algorithm's support for the last five (the order the system checks list them in).
     """
     entry = where(name)
     shape = validate_shape(name, raw)
@@ -678,6 +700,7 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
     permits = _collect(problems, validate_permits(entry, opts["PERMITS"], limit))
     priority = _collect(problems, validate_priority(entry, opts["PRIORITY"]))
     adaptive = _collect(problems, validate_adaptive(entry, opts["ADAPTIVE"], limit))
+    slots = _collect(problems, validate_slots(entry, opts["SLOTS"]))
     problems.extend(validate_scheduling(entry, algorithm, raw))
     if limit is None or any(not p.warning for p in problems):
         return None, problems
@@ -697,6 +720,7 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
         permits=permits,
         priority=priority,
         adaptive=adaptive,
+        slots=slots,
     )
     return config, problems
 

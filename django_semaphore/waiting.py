@@ -74,13 +74,14 @@ def wait_ops(
     priority: int = 0,
     max_waiters: int | None = None,
     on_queued: Callable[[], None] | None = None,
+    slots: bool = False,
 ) -> Operation[Outcome]:
     """One acquire that may wait ``wait`` seconds, as a generator of requests;
     returns the last outcome.  ``client`` is the one the operation runs on
     (its read timeout caps a blocking wait).  ``limit_of`` gives the limit in
     force at each attempt (a runtime override may change it while a caller
     waits); without it, ``limit`` throughout.  ``permits``, ``priority`` and
-    ``max_waiters`` as for :meth:`Algorithm.acquire
+    ``max_waiters`` and ``slots`` as for :meth:`Algorithm.acquire
     <django_semaphore.algorithms.base.Algorithm.acquire>`; a caller refused
     because the queue is full returns at once.  ``on_queued`` is called once,
     before the first wait (the caller had to queue)."""
@@ -101,8 +102,10 @@ def wait_ops(
             permits=permits,
             priority=priority,
             max_waiters=max_waiters,
+            slots=slots,
         )
         if isinstance(outcome, Granted):
+            outcome.ticket = ticket
             return outcome
         if outcome.queue_full:  # not queued: nothing to abandon
             return outcome

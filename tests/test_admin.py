@@ -691,7 +691,7 @@ def test_custom_site(client, db):
 
 @pytest.mark.usefixtures("backend")
 def test_permits_slots_and_waiters_in_serving_order(client, viewer, settings):
-    settings.SEMAPHORES = {**SEMAPHORES, "gpus": {"LIMIT": 4, "TIMEOUT": 30}}
+    settings.SEMAPHORES = {**SEMAPHORES, "gpus": {"LIMIT": 4, "TIMEOUT": 30, "SLOTS": True}}
     gpus = semaphores["gpus"]
     big = gpus.acquire(permits=3, meta={"job": "train"})
     small = gpus.acquire(permits=1, meta={"job": "eval"})

@@ -76,6 +76,7 @@ ENTRY_CASES = [
     ("E023", entry(ALGORITHM="fair_locked", PRIORITY=1)),
     ("E023", entry(ALGORITHM="fair_locked", MAX_WAITERS=0)),
     ("E023", entry(ALGORITHM="fair_locked", ADAPTIVE={"MIN": 1, "MAX": 4})),
+    ("E023", entry(ALGORITHM="fair_locked", SLOTS=True)),
     ("E024", entry(ADAPTIVE=5)),
     ("E024", entry(ADAPTIVE={"MIN": 1})),
     ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "STEP": 2})),
@@ -88,6 +89,10 @@ ENTRY_CASES = [
     ("E025", entry(ADAPTIVE={"MIN": 3, "MAX": 2})),
     ("E026", entry(ADAPTIVE={"MIN": 0, "MAX": 2})),
     ("E026", entry(ADAPTIVE={"MIN": -2, "MAX": -1})),
+    ("E028", entry(SLOTS=1)),
+    ("E028", entry(SLOTS=0)),
+    ("E028", entry(SLOTS="yes")),
+    ("E028", entry(SLOTS=None)),
 ]
 GLOBAL_CASES = [
     ("E001", {"SEMAPHORES": ["reports"]}),
@@ -516,6 +521,18 @@ def test_scheduling_options_accept_ints_callables_and_dotted_paths(settings):
     assert ours() == []
     config = semaphores["ints"].config
     assert (config.permits, config.priority, config.max_waiters) == (2, -3, 0)
+
+
+def test_slots_is_a_bool_and_false_goes_with_any_algorithm(settings):
+    settings.SEMAPHORES = {
+        "numbered": {**GOOD, "SLOTS": True},
+        "plain": {**GOOD, "SLOTS": False},
+        "seed": {**GOOD, "ALGORITHM": "fair_locked", "SLOTS": False},
+        "default": GOOD,
+    }
+    assert ours() == []
+    assert semaphores["numbered"].config.slots is True
+    assert [semaphores[name].config.slots for name in ("plain", "seed", "default")] == [False] * 3
 
 
 # -- E027: the @semaphore views of the URLconf ---------------------------------------------------

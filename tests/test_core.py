@@ -245,7 +245,7 @@ async def test_apartitions_of_a_semaphore_without_keys():
 
 
 def test_permits_take_that_many_distinct_slots_below_the_limit():
-    sem = Semaphore("gpus", limit=4, timeout=30)
+    sem = Semaphore("gpus", limit=4, timeout=30, slots=True)
     two = sem.acquire(permits=2)
     assert two is not None and two.permits == 2 and two.slots == (0, 1)
     other = sem.acquire(permits=2)
@@ -295,7 +295,7 @@ def test_the_seed_variants_refuse_scheduling_options(algorithm):
 
 
 def test_expired_permits_and_slots_come_back_when_purged():
-    short = Semaphore("expiring", limit=4, timeout=0.3)
+    short = Semaphore("expiring", limit=4, timeout=0.3, slots=True)
     lost = short.acquire(permits=3)
     assert lost is not None and lost.slots == (0, 1, 2)
     assert short.acquire(permits=2) is None
@@ -310,7 +310,7 @@ def test_expired_permits_and_slots_come_back_when_purged():
 
 
 def test_lowering_the_limit_evicts_nobody_and_new_slots_stay_below_it():
-    sem = semaphores["reports"]  # LIMIT 2 in tests/settings.py
+    sem = Semaphore("reports-slots", limit=2, timeout=30, slots=True)
     sem.override(limit=4)
     try:
         until_applied(sem, 4)
@@ -342,7 +342,7 @@ def until_applied(sem, limit):
 
 
 def test_dry_run_marks_permits_that_would_not_fit():
-    sem = Semaphore("dry-permits", limit=3, timeout=30, mode="dry_run")
+    sem = Semaphore("dry-permits", limit=3, timeout=30, mode="dry_run", slots=True)
     first = sem.acquire(permits=2)
     assert first is not None and not first.over_limit
     second = sem.acquire(permits=2)  # 4 > 3: admitted, marked
@@ -422,7 +422,7 @@ def test_waiters_are_served_by_priority_then_arrival_and_show_it():
 
 
 def test_a_large_request_blocks_the_waiters_behind_it():
-    sem = Semaphore("no-starvation", limit=3, timeout=30)
+    sem = Semaphore("no-starvation", limit=3, timeout=30, slots=True)
     big_holder, small_holder = sem.acquire(permits=2), sem.acquire(permits=1)
     pool = ThreadPoolExecutor(2)
     try:
@@ -447,7 +447,7 @@ def test_a_large_request_blocks_the_waiters_behind_it():
 
 @pytest.mark.asyncio
 async def test_async_twins_take_permits_and_priority():
-    sem = Semaphore("async-permits", limit=3, timeout=30)
+    sem = Semaphore("async-permits", limit=3, timeout=30, slots=True)
     lease = await sem.aacquire(permits=2, priority=4)
     assert lease is not None and lease.slots == (0, 1)
     assert await sem.aavailable() == 1
@@ -463,7 +463,7 @@ def test_a_limit_lowered_below_the_permits_asked_refuses_instead_of_raising():
     """An operator lowers the limit in an incident: a view taking 2 permits is
     refused ("full", at once, without queueing), not turned into a 500 by a
     ValueError; once the limit is back, the same call is granted."""
-    sem = semaphores["reports"]  # LIMIT 2 in tests/settings.py
+    sem = Semaphore("reports-slots", limit=2, timeout=30, slots=True)
     sem.override(limit=1)
     try:
         until_applied(sem, 1)

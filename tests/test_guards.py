@@ -429,7 +429,7 @@ def test_celery_style_task_retries_after_retry_after(settings):
 
 
 def test_a_guard_takes_its_permits_for_each_call():
-    gpus = Semaphore("guard-gpus", limit=4, timeout=30)
+    gpus = Semaphore("guard-gpus", limit=4, timeout=30, slots=True)
 
     @gpus.guard(permits=3, priority=2)
     def train():

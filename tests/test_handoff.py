@@ -242,8 +242,8 @@ async def test_aadopt_adds_meta():
 
 
 def test_the_slot_numbers_go_with_the_ticket():
-    sem = Semaphore("ho-slots", limit=3, timeout=30)
-    first, second = sem.acquire(), sem.acquire()
+    sem = Semaphore("ho-slots", limit=3, timeout=30, slots=True)
+    first, second = sem.acquire(), sem.acquire(permits=2)
     adopted = Lease.adopt(second.handoff())
     assert adopted.slots == second.slots and adopted.permits == second.permits
     adopted.release()

@@ -82,13 +82,13 @@ def test_each_script_carries_only_the_prelude_definitions_it_uses():
     header, definitions = split_prelude(lib)
     assert header + "".join(text for _, text in definitions) == lib
     defined = {name for names, _ in definitions for name in names}
-    assert {"server_ms", "wake", "wake_first", "keep_alive", "HOLD_SCALE"} <= defined
+    assert {"server_ms", "wake", "wake_first", "next_watermark", "keep_until", "HOLD_SCALE"} <= defined
 
     release = LuaScript("release").source
     for needed in ("local function wake(", "local function wake_first(", "local function record_hold("):
         assert needed in release
     assert release.index("local function wake_first(") < release.index("local function wake(")
-    assert "local function keep_alive(" not in release
+    assert "local function next_watermark(" not in release
     assert "local function hold_estimate(" not in release
     # A script using nothing of the prelude gets its header only.
     assert LuaScript("unlock").source.startswith(header)

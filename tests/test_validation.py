@@ -8,7 +8,7 @@ call the validators directly.
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from django_semaphore import conf, partitions
+from django_semaphore import Semaphore, conf, partitions
 from django_semaphore.validation import (
     ENTRY_DEFAULTS,
     MAX_LIMIT,
@@ -67,6 +67,51 @@ def test_adaptive_gets_its_defaults_and_a_limit_outside_its_bounds_is_a_warning(
     )
     assert config.adaptive.clamp(20) == 8 and config.adaptive.clamp(0) == 2
     assert validate_entry("fixed", {"LIMIT": 2})[0].adaptive is None
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_slots_true_or_false_is_kept_on_the_config(value):
+    config, problems = validate_entry("gpus", {"LIMIT": 4, "SLOTS": value})
+    assert problems == [] and config.slots is value
+    assert ENTRY_DEFAULTS["SLOTS"] is False
+    assert validate_entry("gpus", {"LIMIT": 4})[0].slots is False
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", "True", None, [True]])
+def test_slots_other_than_a_bool_is_e028(value):
+    config, problems = validate_entry("gpus", {"LIMIT": 4, "SLOTS": value})
+    assert config is None
+    assert ids(problems) == ["E028"]
+    assert "SEMAPHORES['gpus']['SLOTS']" in problems[0].msg and "True or False" in problems[0].msg
+    assert "lease.slots" in problems[0].hint
+
+
+@pytest.mark.parametrize("algorithm", ["fair_locked", "fair", "basic"])
+def test_slots_true_needs_lua_and_false_goes_with_a_seed_variant(algorithm):
+    config, problems = validate_entry("gpus", {"LIMIT": 4, "ALGORITHM": algorithm, "SLOTS": True})
+    assert config is None
+    assert ids(problems)[-1] == "E023" and "SLOTS" in problems[-1].msg
+    config, problems = validate_entry("gpus", {"LIMIT": 4, "ALGORITHM": algorithm, "SLOTS": False})
+    assert config is not None and config.slots is False
+    assert "E023" not in ids(problems)
+
+
+def test_slots_problems_come_after_adaptive_and_before_the_algorithm_support():
+    config, problems = validate_entry("bad", {"LIMIT": 2, "ALGORITHM": "fair", "ADAPTIVE": 5, "SLOTS": "yes"})
+    assert config is None
+    assert ids(problems) == ["W001", "E024", "E028", "E023"]
+    assert "ADAPTIVE, SLOTS" in problems[-1].msg
+
+
+def test_an_ad_hoc_semaphore_validates_slots():
+    assert Semaphore("x", limit=2, slots=True).config.slots is True
+    assert Semaphore("x", limit=2).config.slots is False
+    assert Semaphore("x", limit=2, algorithm="basic", slots=False).config.slots is False
+    for bad in ("yes", 1, 0, None):
+        with pytest.raises(ValueError, match="SLOTS"):
+            Semaphore("x", limit=2, slots=bad)
+    with pytest.raises(ValueError, match="SLOTS.*does not support"):
+        Semaphore("x", limit=2, slots=True, algorithm="basic")
 
 
 def test_a_warning_keeps_the_config():

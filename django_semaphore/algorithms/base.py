@@ -29,8 +29,13 @@ class Granted:
     expires_ms: int
     #: A dry run admitted this caller although enforcing would have refused it.
     over_limit: bool = False
-    #: The slot numbers granted, one per permit ("lua"; empty for the variants).
+    #: The slot numbers granted, one per permit (SLOTS True; empty otherwise).
     slots: tuple[int, ...] = ()
+    #: How many permits were granted.
+    permits: int = 1
+    #: The caller's queue ticket number (server microseconds when it queued),
+    #: when it waited in the queue for this grant; "" when granted at once.
+    ticket: str = ""
 
 
 @dataclass(slots=True)
@@ -77,7 +82,8 @@ class Algorithm(Protocol):
     #: lists); False: a waiting caller polls, and ``abandon`` does nothing.
     queues: bool
     #: True if it takes ``permits`` > 1, ``priority`` and ``max_waiters`` and
-    #: gives slot numbers ("lua"); the others take one permit, first come first served.
+    #: gives slot numbers on request ("lua"); the others take one permit, first
+    #: come first served.
     schedules: bool
 
     def acquire(
@@ -93,6 +99,7 @@ class Algorithm(Protocol):
         permits: int = 1,
         priority: int = 0,
         max_waiters: int | None = None,
+        slots: bool = False,
     ) -> Operation[Outcome]:
         """Take a slot for ``identifier``, or a refusal.
 
@@ -100,8 +107,9 @@ class Algorithm(Protocol):
         :attr:`queues`); ``ticket`` is its ticket number from an earlier refusal.
         ``dry_run``: never refuse (MODE "dry_run"); a caller that enforcing
         would have refused is granted with ``over_limit`` set.
-        ``permits``, ``priority`` and ``max_waiters`` only if :attr:`schedules`
-        (the engine never passes other values to the others).
+        ``permits``, ``priority``, ``max_waiters`` and ``slots`` (slot numbers
+        for the holder: SLOTS) only if :attr:`schedules` (the engine never
+        passes other values to the others).
         """
         ...
 

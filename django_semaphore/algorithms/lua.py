@@ -23,7 +23,7 @@ WAKE = LuaScript("wake")
 
 class Lua:
     """Fair (a counter ranks holders), a waiting queue served by priority then
-    arrival, weighted permits with slot numbers, server clock (``TIME``)."""
+    arrival, weighted permits, slot numbers on request, server clock (``TIME``)."""
 
     name = "lua"
     queues = True
@@ -42,12 +42,15 @@ class Lua:
         permits: int = 1,
         priority: int = 0,
         max_waiters: int | None = None,
+        slots: bool = False,
     ) -> Operation[Outcome]:
         """Take ``permits`` slots, or a refusal; ``ticket_ms`` > 0 queues the
         caller (a waiter) by ``priority`` then arrival, ``ticket`` is its
         ticket number from an earlier refusal, ``max_waiters`` refuses it at
         once instead when that many wait.  ``dry_run`` admits over the limit,
-        with the over-limit marker in the same reply (one round trip, as always)."""
+        with the over-limit marker in the same reply (one round trip, as always).
+        ``slots``: give the holder slot numbers (SLOTS); without them the slot
+        bitmap is never touched."""
         script_keys = keys.main + (keys.wake(identifier),) if ticket_ms else keys.main
         args: tuple[Any, ...] = (
             limit,
@@ -58,12 +61,13 @@ class Lua:
             ticket,
             "1" if dry_run else "",
         )
-        if permits != 1 or priority != 0 or max_waiters is not None:
+        if permits != 1 or priority != 0 or max_waiters is not None or slots:
             # The script's defaults otherwise: fewer arguments to send and parse.
-            args += (permits, priority, "" if max_waiters is None else max_waiters)
+            args += (permits, priority, "" if max_waiters is None else max_waiters, "1" if slots else "")
         reply = yield Script(ACQUIRE, script_keys, args)
         if reply[0] == 1:
-            return Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, parse_slots(reply[5]))
+            numbers = parse_slots(reply[5]) if slots else ()
+            return Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, numbers, permits)
         yield from wake(keys, reply, 6)
         return Refused(reply[1], reply[2], reply[3], as_str(reply[4]), reply[5] == 1)
 

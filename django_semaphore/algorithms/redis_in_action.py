@@ -108,9 +108,10 @@ class Basic:
         permits: int = 1,
         priority: int = 0,
         max_waiters: int | None = None,
+        slots: bool = False,
     ) -> Operation[Outcome]:
         """Take a slot, or a refusal (``ticket_ms`` and ``ticket`` are ignored: no queue;
-        ``permits``, ``priority`` and ``max_waiters`` too: the engine passes
+        ``permits``, ``priority``, ``max_waiters`` and ``slots`` too: the engine passes
         only their defaults, see :attr:`Algorithm.schedules`).
 
         ``dry_run``: a refused caller acquires again with an unbounded limit

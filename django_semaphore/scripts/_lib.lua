@@ -1,16 +1,24 @@
 -- Shared prelude, prepended to every script.
 -- KEYS[1] timeouts ZSET (id -> expiry ms), KEYS[2] owners ZSET (id -> token),
--- KEYS[3] holds HASH (id -> "token:acquired_ms:meta", "@" .. id -> the
---         holder's slot numbers "3,5" ("lua"), "#" -> counter,
---         "%" -> recent hold times, see record_hold),
+-- KEYS[3] holds HASH: id -> "token:acquired_ms:meta" (the holder's record),
+--         "*" .. id -> the holder's permits, when more than one,
+--         "@" .. id -> the holder's slot numbers "3,5" (SLOTS only),
+--         "#" -> the fair counter (absent: the HASH was just (re)created),
+--         "+" -> the permits held beyond one per holder (weighted permits:
+--                permits held = ZCARD of the timeouts ZSET + this),
+--         "w" -> "1" while the queue may hold waiters (absent: it holds none,
+--                so the common acquire and release never look at the queue),
+--         "e" -> the TTL watermark: KEYS[1], KEYS[2], KEYS[3] and KEYS[7]
+--                live at least until this server time (ms),
+--         "%" -> recent hold times, see record_hold,
 -- KEYS[4] queue ZSET (member "ticket:permits:id" -> -priority: ZRANGE is the
 --         serving order, priority first, then the ticket number: members of
 --         one score sort as strings, and ticket numbers all have the same
 --         number of digits (server microseconds: 16 until the year 2286)),
 -- KEYS[5] queue deadlines ZSET (the same members -> ms),
 -- KEYS[6] waiters HASH (waiter id -> "ticket:permits:meta json", while it is queued),
--- KEYS[7] slots bitmap (bit n set while a holder has slot n: BITCOUNT is the
---         number of permits held, BITPOS finds free slots in O(LIMIT / 64)),
+-- KEYS[7] slots bitmap (SLOTS only: bit n set while a holder has slot n;
+--         BITPOS finds free slots in O(LIMIT / 64)),
 -- KEYS[8] (acquire of a waiter, abandon) the caller's own wake-up LIST.
 -- A script touches no other key: the wake-up lists of other waiters are
 -- pushed afterwards by wake.lua, to which the caller passes the identifiers
@@ -33,6 +41,13 @@ local HOLDS_FIELD = '%'
 local HOLD_SCALE = 1024
 local HOLD_SAMPLES = 32
 local HOLD_MAX_MS = 2147483647  -- longer holds count as this: 32 x 2^31 x 1024 < 2^53
+-- A release records every hold until this many are recorded, then samples.
+local HOLD_FIRST = 8
+
+-- The number of holds in the packed "%" field (false/nil: none).
+local function hold_count(packed)
+  return (tonumber(packed or '') or 0) % HOLD_SCALE
+end
 
 local function server_ms()
   local t = redis.call('TIME')
@@ -50,30 +65,39 @@ local function free_slots(slots)
   for pos in string.gmatch(slots, '%d+') do redis.call('SETBIT', KEYS[7], pos, 0) end
 end
 
--- Forget the records of the holders `ids` (at most 1000): their slots go back
--- to the bitmap (if it still exists: SETBIT would create it without a TTL).
--- Returns how many holder records there were.
-local function drop_records(ids)
-  local fields = {}
-  for i, id in ipairs(ids) do fields[i] = '@' .. id end
-  local slots = redis.call('HMGET', KEYS[3], unpack(fields))
-  local exists = nil
-  for i = 1, #ids do
-    if slots[i] then
-      if exists == nil then exists = redis.call('EXISTS', KEYS[7]) == 1 end
-      if exists then free_slots(slots[i]) end
-    end
-  end
-  redis.call('HDEL', KEYS[3], unpack(fields))
-  return redis.call('HDEL', KEYS[3], unpack(ids))
+-- A holder's permits from its "*" field (absent: one).
+local function permits_of(field)
+  return tonumber(field or '') or 1
 end
 
--- drop_records for one holder, `id` (release, refresh): returns how many of
--- its two fields were there.
+-- Forget the records of the holders `ids` (at most 1000): their permits
+-- beyond the first leave the "+" count, their slots go back to the bitmap
+-- (if it still exists: SETBIT would create it without a TTL).
+local function drop_records(ids)
+  local fields = {}
+  for i, id in ipairs(ids) do
+    fields[2 * i - 1] = '*' .. id
+    fields[2 * i] = '@' .. id
+  end
+  local found = redis.call('HMGET', KEYS[3], unpack(fields))
+  local extra = 0
+  local exists = nil
+  for i = 1, #ids do
+    extra = extra + permits_of(found[2 * i - 1]) - 1
+    if found[2 * i] then
+      if exists == nil then exists = redis.call('EXISTS', KEYS[7]) == 1 end
+      if exists then free_slots(found[2 * i]) end
+    end
+  end
+  if extra > 0 then redis.call('HINCRBY', KEYS[3], '+', -extra) end
+  for _, id in ipairs(ids) do fields[#fields + 1] = id end
+  redis.call('HDEL', KEYS[3], unpack(fields))
+end
+
+-- drop_records for one holder, `id` (refresh of a lost lease, an expired
+-- entry replaced).
 local function drop_record(id)
-  local slots = redis.call('HGET', KEYS[3], '@' .. id)
-  if slots and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(slots) end
-  return redis.call('HDEL', KEYS[3], id, '@' .. id)
+  drop_records({id})
 end
 
 -- Remove up to `n` (<= 1000) holders whose lease ended at or before `now`; return how many.
@@ -87,9 +111,11 @@ local function purge_holders(now, n)
   return #gone
 end
 
--- Permits held: the slots taken (expired leases not purged yet included).
+-- Permits held (expired leases not purged yet included), and the number of
+-- holders among them.
 local function permits_held()
-  return redis.call('BITCOUNT', KEYS[7])
+  local holders = redis.call('ZCARD', KEYS[1])
+  return holders + (tonumber(redis.call('HGET', KEYS[3], '+') or '') or 0), holders
 end
 
 -- A queue member's parts: identifier, permits, ticket number.
@@ -172,38 +198,33 @@ local function hold_estimate(ahead, limit)
   return math.ceil((ahead + 1) / limit) * mean
 end
 
--- Keep the holder keys alive past the latest expiry they hold, plus one second,
--- with one lease to spare (so a partition nobody uses is gone within
--- 2 x lease + 1 s). Invariant: the timeout ZSET's TTL covers every live
--- expiry in it + 1 s, and the other three keys' TTLs are at least as long; so
--- one PTTL tells whether anything needs writing, and a write that is needed
--- (the TTL is below this expiry + 1 s) lengthens the timeout ZSET, while
--- lengthen() keeps the others from being shortened (PEXPIRE ... GT does that
--- in one call, but only from Redis 7.0; this write happens about once per
--- lease per partition, so its three PTTLs cost next to nothing).
--- `fresh`: the partition had no permits held (none before this grant), so the
--- ZSETs were just created, and no holder relies on any of the four TTLs (the
--- slots bitmap's too): set them.
--- `rebuilt`: the holds HASH was just re-created (evicted alone, without a
--- TTL): all four get the longest of their TTLs and this one.
-local function keep_alive(now, expiry, lease, fresh, rebuilt)
-  local need = expiry - now + 1000
-  local ttl = need + lease
-  if fresh then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    redis.call('PEXPIRE', KEYS[2], ttl)
-    redis.call('PEXPIRE', KEYS[3], ttl)
-    redis.call('PEXPIRE', KEYS[7], ttl)
-  elseif rebuilt then
-    ttl = math.max(ttl, redis.call('PTTL', KEYS[1]), redis.call('PTTL', KEYS[2]), redis.call('PTTL', KEYS[7]))
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    redis.call('PEXPIRE', KEYS[2], ttl)
-    redis.call('PEXPIRE', KEYS[3], ttl)
-    redis.call('PEXPIRE', KEYS[7], ttl)
-  elseif redis.call('PTTL', KEYS[1]) < need then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    lengthen(KEYS[2], ttl)
-    lengthen(KEYS[3], ttl)
-    lengthen(KEYS[7], ttl)
+-- The holder keys (KEYS[1], KEYS[2], KEYS[3], KEYS[7]) outlive the latest
+-- expiry they hold by one second: the "e" field of the holds HASH says until
+-- when they live at least (an absolute server time), so the common call reads
+-- it with the rest and writes nothing. When a new expiry would outlive it, the
+-- watermark moves to that expiry + 1 s + one lease more (so this happens about
+-- once per lease, and a partition nobody uses is gone within 2 x lease + 1 s)
+-- and the four keys get it with PEXPIREAT, which never shortens a TTL set the
+-- same way (the watermark only grows while the HASH lives) and works on Redis 6.2.
+-- `watermark`: the "e" read (nil: the HASH was just (re)created, so the other
+-- keys' TTLs are not known: the new one is at least the longest of them).
+-- Returns the new watermark, or nil when the keys live long enough.
+local function next_watermark(now, expires, lease, watermark)
+  local need = expires + 1000
+  if watermark and watermark >= need then return nil end
+  local target = need + lease
+  if watermark then return math.max(target, watermark) end
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[7]}) do
+    local ttl = redis.call('PTTL', key)
+    if ttl > 0 and now + ttl > target then target = now + ttl end
   end
+  return target
+end
+
+-- Give the holder keys the watermark `at` (after the HASH was written).
+local function keep_until(at)
+  redis.call('PEXPIREAT', KEYS[1], at)
+  redis.call('PEXPIREAT', KEYS[2], at)
+  redis.call('PEXPIREAT', KEYS[3], at)
+  redis.call('PEXPIREAT', KEYS[7], at)
 end

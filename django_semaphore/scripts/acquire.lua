@@ -4,11 +4,12 @@
 --       '1' for a dry run (MODE "dry_run"/"off": admit over the limit too),
 --       permits (1..limit), priority (an int: higher is served first),
 --       max waiters ('': unbounded; n: a caller that would have to queue
---       while n wait is refused at once); these last three may be left
---       out (1 permit, priority 0, unbounded).
+--       while n wait is refused at once), '1' for slot numbers (SLOTS);
+--       these last four may be left out (1 permit, priority 0, unbounded,
+--       no slot numbers).
 -- KEYS[8] (a waiter: ticket ms > 0): the caller's own wake-up list.
 -- Returns {1, token, acquired_ms, expires_ms, over limit (1: a dry run admitted
--- a caller enforcing would have refused; 0), slots "3,5"}, or when refused
+-- a caller enforcing would have refused; 0), slots "3,5" ('' without SLOTS)}, or when refused
 -- {0, estimate ms, waiters ahead, recheck ms, ticket number or '', queue full
 -- (1: refused because max waiters wait; 0), [wake TTL ms, id, ...]}:
 -- the estimated wait (for Retry-After); when a waiter should look again at
@@ -23,7 +24,114 @@ local dry = ARGV[7] == '1'
 local permits = tonumber(ARGV[8] or '') or 1
 local priority = tonumber(ARGV[9] or '') or 0
 local cap = tonumber(ARGV[10] or '')
+local numbered = ARGV[11] == '1'
 local now, clock = server_ms()
+-- One read of the holds HASH: the fair counter (absent: the HASH was just
+-- (re)created), the permits held beyond one per holder, the waiters flag and
+-- the TTL watermark (see _lib.lua).
+local head = redis.call('HMGET', KEYS[3], '#', '+', 'w', 'e')
+local extra = tonumber(head[2] or '') or 0
+local watermark = tonumber(head[4] or '')
+
+-- Grant the permits to this caller, whose timeouts entry (expiring at
+-- `expires`) is written; `fresh`: the timeouts ZSET was empty before it (so
+-- it and the owners ZSET were just created, without a TTL).
+local function grant(expires, fresh, over)
+  local taken = ''
+  local new_bitmap = false
+  if numbered then
+    -- The lowest free slot numbers: below the limit in force, since fewer
+    -- than `limit` permits are held (slots of holders above a lowered limit
+    -- stay theirs). BITPOS from the byte of the last slot taken: O(LIMIT / 64)
+    -- in all. (SETBIT per slot: cheaper than one BITFIELD for a few.)
+    new_bitmap = redis.call('EXISTS', KEYS[7]) == 0
+    local pos = redis.call('BITPOS', KEYS[7], 0)
+    redis.call('SETBIT', KEYS[7], pos, 1)
+    taken = tostring(pos)
+    if permits > 1 then
+      -- Joined once at the end: appending to a string per permit is quadratic
+      -- (16,000 permits took 1.9 s of the server's time).
+      local list = {taken}
+      for i = 2, permits do
+        pos = redis.call('BITPOS', KEYS[7], 0, math.floor(pos / 8))
+        redis.call('SETBIT', KEYS[7], pos, 1)
+        list[i] = pos
+      end
+      taken = table.concat(list, ',')
+    end
+  end
+  -- The fair counter: the next token is the larger of the last token + 1
+  -- and the server time in microseconds. Tokens keep increasing across idle
+  -- periods in which the keys expired, and across a failover to a replica
+  -- that had not yet received the last tokens (as long as the servers'
+  -- clocks agree to within the failover time). Returned as a string to stay
+  -- exact; past 2^53 the server's integer arithmetic takes over.
+  local n = tonumber(head[1] or '') or 0
+  local token
+  if n >= 9007199254740991 then
+    redis.call('HINCRBY', KEYS[3], '#', 1)
+    token = redis.call('HGET', KEYS[3], '#')
+  else
+    local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+    if micros > n then n = micros else n = n + 1 end
+    token = string.format('%.0f', n)
+  end
+  local keep = next_watermark(now, expires, lease, watermark)
+  local fields = {'#', token, id, token .. ':' .. now .. ':' .. ARGV[4]}
+  if permits > 1 then
+    extra = extra + permits - 1
+    fields[5] = '*' .. id
+    fields[6] = permits
+    fields[7] = '+'
+    fields[8] = extra
+  end
+  if numbered then
+    fields[#fields + 1] = '@' .. id
+    fields[#fields + 1] = taken
+  end
+  if keep then
+    fields[#fields + 1] = 'e'
+    fields[#fields + 1] = keep
+  end
+  redis.call('HSET', KEYS[3], unpack(fields))
+  redis.call('ZADD', KEYS[2], token, id)
+  if keep then
+    keep_until(keep)
+  else
+    -- The watermark holds: only keys created now lack their TTL.
+    if fresh then
+      redis.call('PEXPIREAT', KEYS[1], watermark)
+      redis.call('PEXPIREAT', KEYS[2], watermark)
+    end
+    if new_bitmap then redis.call('PEXPIREAT', KEYS[7], watermark) end
+  end
+  return {1, token, now, expires, over, taken}
+end
+
+-- The common case: the HASH is whole, nobody waits, the permits are free.
+if head[1] and not head[3] then
+  local holders = redis.call('ZCARD', KEYS[1])
+  if limit - holders - extra >= permits and redis.call('ZADD', KEYS[1], 'NX', now + lease, id) == 1 then
+    return grant(now + lease, holders == 0, 0)
+  end
+end
+
+-- (the rest of the script)
+
+-- The waiters flag follows the queue (a false "1" only costs a look at it).
+-- `queued`: whether the queue holds waiters now (nil: not known, look).
+local function flag_waiters(queued)
+  if queued == nil then queued = redis.call('EXISTS', KEYS[4]) == 1 end
+  if queued and not head[3] then
+    redis.call('HSET', KEYS[3], 'w', '1')
+    -- A HASH written now for the flag alone gets a TTL (that of the queue).
+    if not head[1] and redis.call('PTTL', KEYS[3]) < 0 then
+      redis.call('PEXPIRE', KEYS[3], math.max(ticket, lease) + 1000)
+    end
+  elseif not queued and head[3] then
+    redis.call('HDEL', KEYS[3], 'w')
+  end
+end
 
 -- A retried acquire (same identifier) that already got its slots gets them again.
 local function held_again()
@@ -89,9 +197,16 @@ end
 -- Count before purging: expired leases not purged yet only make the count
 -- too high, so a count that leaves room grants at once, and only a
 -- semaphore that looks full pays for the purge (then counts again).
-local used = permits_held()
+local holders
+local function count()
+  local used
+  used, holders = permits_held()
+  extra = used - holders
+  return used
+end
+local used = count()
 if limit - used - needed_ahead < permits then
-  if purge_holders(now, 1000) > 0 then used = permits_held() end
+  if purge_holders(now, 1000) > 0 then used = count() end
 end
 
 local over = 0
@@ -104,14 +219,13 @@ if not fits and dry then
 end
 if fits or over == 1 then
   local expires = now + lease
-  -- NX: an identifier already present is a retry, found without a ZSCORE
-  -- on the common path (or an expired entry not purged yet: replaced, and
-  -- its slots given back first).
+  -- NX: an identifier already present is a retry (or an expired entry not
+  -- purged yet: replaced, and its permits given back first).
   if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 0 then
     local again = held_again()
     if again then return again end
     drop_record(id)
-    used = permits_held()
+    count()
     redis.call('ZADD', KEYS[1], expires, id)
   end
   if member then
@@ -121,47 +235,13 @@ if fits or over == 1 then
     -- A wake-up pushed to this waiter and not read any more.
     if KEYS[8] then redis.call('DEL', KEYS[8]) end
   end
-  -- The lowest free slot numbers: below the limit in force, since fewer
-  -- than `limit` permits are held (slots of holders above a lowered limit
-  -- stay theirs). BITPOS from the byte of the last slot taken: O(LIMIT / 64)
-  -- in all. (SETBIT per slot: cheaper than one BITFIELD for a few.)
-  local pos = redis.call('BITPOS', KEYS[7], 0)
-  redis.call('SETBIT', KEYS[7], pos, 1)
-  local taken = tostring(pos)
-  if permits > 1 then
-    -- Joined once at the end: appending to a string per permit is quadratic
-    -- (16,000 permits took 1.9 s of the server's time).
-    local list = {taken}
-    for i = 2, permits do
-      pos = redis.call('BITPOS', KEYS[7], 0, math.floor(pos / 8))
-      redis.call('SETBIT', KEYS[7], pos, 1)
-      list[i] = pos
-    end
-    taken = table.concat(list, ',')
-  end
-  -- The fair counter: the next token is the larger of the last token + 1
-  -- and the server time in microseconds. Tokens keep increasing across idle
-  -- periods in which the keys expired, and across a failover to a replica
-  -- that had not yet received the last tokens (as long as the servers'
-  -- clocks agree to within the failover time). Returned as a string to stay
-  -- exact; past 2^53 the server's integer arithmetic takes over.
-  local last = redis.call('HGET', KEYS[3], '#')
-  local token
-  local n = last and tonumber(last) or 0
-  if n >= 9007199254740991 then
-    redis.call('HINCRBY', KEYS[3], '#', 1)
-    token = redis.call('HGET', KEYS[3], '#')
-    redis.call('HSET', KEYS[3], id, token .. ':' .. now .. ':' .. ARGV[4], '@' .. id, taken)
+  local result = grant(expires, holders == 0, over)
+  if member then
+    flag_waiters(nil)
   else
-    local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-    if micros > n then n = micros else n = n + 1 end
-    token = string.format('%.0f', n)
-    redis.call('HSET', KEYS[3], '#', token, id, token .. ':' .. now .. ':' .. ARGV[4], '@' .. id, taken)
+    flag_waiters(waiting > 0)
   end
-  redis.call('ZADD', KEYS[2], token, id)
-  -- used == 0: no holder before this one, the keys were (re)created; no counter: the HASH was.
-  keep_alive(now, expires, lease, used == 0, not last)
-  return {1, token, now, expires, over, taken}
+  return result
 end
 
 local again = held_again()
@@ -217,4 +297,5 @@ if ticket > 0 then
   if soonest[2] and tonumber(soonest[2]) - now < recheck then recheck = tonumber(soonest[2]) - now end
 end
 out[4] = recheck
+flag_waiters(ticket > 0 or waiting > 0)
 return out

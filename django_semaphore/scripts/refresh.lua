@@ -12,5 +12,9 @@ end
 local lease = tonumber(ARGV[2])
 local expires = now + lease
 redis.call('ZADD', KEYS[1], 'XX', expires, id)
-keep_alive(now, expires, lease, false, false)
+local keep = next_watermark(now, expires, lease, tonumber(redis.call('HGET', KEYS[3], 'e') or ''))
+if keep then
+  redis.call('HSET', KEYS[3], 'e', keep)
+  keep_until(keep)
+end
 return expires

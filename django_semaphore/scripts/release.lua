@@ -2,22 +2,33 @@
 -- granted (server ms, to record the hold time; '': record nothing).
 -- Returns {1 if the identifier still held a live lease else 0, [wake TTL ms, id, ...]}:
 -- the waiters whose wake-ups the caller pushes (wake.lua).
+-- The common case (one permit, no slot numbers, nobody waiting) is six
+-- calls: TIME, ZSCORE, one HMGET (the holder's permits and slots, the waiters
+-- flag, the hold count), ZREM, ZREM, HDEL.
 local id = ARGV[1]
 local acquired = tonumber(ARGV[3] or '')
-local now = server_ms()
+local now, clock = server_ms()
 local expiry = redis.call('ZSCORE', KEYS[1], id)
 local live = expiry and tonumber(expiry) > now
+local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD)
 redis.call('ZREM', KEYS[1], id)
 redis.call('ZREM', KEYS[2], id)
+local had = redis.call('HDEL', KEYS[3], id, '*' .. id, '@' .. id)
+if found[1] then redis.call('HINCRBY', KEYS[3], '+', 1 - permits_of(found[1])) end
+if found[2] and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(found[2]) end
 -- Only a hold that ended with a release says how long the work takes (not a
--- lease that expired, nor a force-release). The record was there, so the
--- HASH still exists (the "#" counter is written with every record) and the
--- HINCRBY does not create it without a TTL.
-if drop_record(id) > 0 and live and acquired then
+-- lease that expired, nor a force-release). Sampled: every hold while callers
+-- wait (their Retry-After comes from these) or while fewer than HOLD_FIRST are
+-- recorded, one in four otherwise. The record was there, so the HASH still
+-- exists (the "#" counter is written with every record) and the HINCRBY does
+-- not create it without a TTL.
+if had > 0 and live and acquired and (found[3] or tonumber(clock[2]) % 4 == 0 or hold_count(found[4]) < HOLD_FIRST) then
   record_hold(now - acquired)
 end
+if not found[3] then return {live and 1 or 0} end
+
+-- (the rest of the script)
 local out = {live and 1 or 0}
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  wake(now, tonumber(ARGV[2]), out)
-end
+wake(now, tonumber(ARGV[2]), out)
+if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('HDEL', KEYS[3], 'w') end
 return out

@@ -3,21 +3,21 @@
 -- ARGV[1]: the client's now in ms for the variants that write expiries on the
 -- client's clock ('' : the server's TIME). Each entry is judged by the clock
 -- that wrote it: holders by that one, waiter tickets (server time) by TIME.
--- "lua" holders hold their slots in the bitmap (expired ones not purged yet
--- are subtracted); the variants' holders one permit each.
+-- "lua" holders hold their permits (one each, plus the "+" count of weighted
+-- permits beyond the first; expired ones not purged yet are subtracted); the
+-- variants' holders one permit each.
 local server = server_ms()
 local now = server
 if ARGV[1] and ARGV[1] ~= '' then now = tonumber(ARGV[1]) end
 local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
 local used = live
-if ARGV[1] == '' and redis.call('EXISTS', KEYS[7]) == 1 then
-  used = redis.call('BITCOUNT', KEYS[7])
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
-  for _, id in ipairs(expired) do
-    local slots = redis.call('HGET', KEYS[3], '@' .. id)
-    if slots then
-      for _ in string.gmatch(slots, '%d+') do used = used - 1 end
+if ARGV[1] == '' then
+  local extra = tonumber(redis.call('HGET', KEYS[3], '+') or '') or 0
+  if extra > 0 then
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
+      extra = extra - (permits_of(redis.call('HGET', KEYS[3], '*' .. id)) - 1)
     end
+    used = live + math.max(0, extra)
   end
 end
 local waiting = redis.call('ZCOUNT', KEYS[5], '(' .. server, '+inf')

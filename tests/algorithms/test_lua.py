@@ -12,6 +12,7 @@
 
 import asyncio
 import math
+import threading
 import time
 import uuid
 
@@ -46,13 +47,14 @@ def _assert_not_shortened(before, after, elapsed_ms):
 # -- item 4: processes that disagree on TIMEOUT ------------------------------------------
 
 
-def test_a_long_timeout_holder_keeps_its_slot_while_short_timeout_callers_churn(raw_redis):
+@pytest.mark.parametrize("slots", [False, True], ids=["plain", "SLOTS"])
+def test_a_long_timeout_holder_keeps_its_slot_while_short_timeout_callers_churn(raw_redis, slots):
     # The long holder neither releases nor refreshes while callers with a
     # TIMEOUT 60 x shorter acquire, queue, give up and release on the same
     # semaphore for several of their TTLs; the keys must keep it, and the
     # limit must hold throughout.
-    long_sem = Semaphore("mixed", limit=2, timeout=LONG)
-    short_sem = Semaphore("mixed", limit=2, timeout=SHORT)
+    long_sem = Semaphore("mixed", limit=2, timeout=LONG, slots=slots)
+    short_sem = Semaphore("mixed", limit=2, timeout=SHORT, slots=slots)
     keys = long_sem.partition()
     long_lease = long_sem.acquire()
     churn_until = time.monotonic() + 4 * (SHORT + 1)  # well past the short keys' TTL (SHORT + 1 s + SHORT)
@@ -66,7 +68,7 @@ def test_a_long_timeout_holder_keeps_its_slot_while_short_timeout_callers_churn(
         assert lease.release() is True
     holders = long_sem.holders()
     assert [h.identifier for h in holders] == [long_lease.identifier]
-    for name in (*keys.main[:3], keys.slots):
+    for name in (*keys.main[:3], keys.slots) if slots else keys.main[:3]:  # (the bitmap: SLOTS only)
         assert raw_redis.pttl(name) >= long_lease.expires_ms - _server_ms(raw_redis) + 1000 - 5, name
     assert long_sem.acquire() is not None
     assert short_sem.acquire() is None
@@ -321,3 +323,72 @@ def test_web_429_retry_after_follows_the_view_hold_time(client, settings):
     assert response.json()["retry_after"] == int(response["Retry-After"])
     for lease in holders:
         assert lease.release() is True
+
+
+# -- pay for what you use: no slot bitmap without SLOTS, the waiters flag ----------------
+
+
+def test_without_slots_permits_are_counted_and_no_bitmap_is_written(raw_redis):
+    sem = Semaphore("lean", limit=5, timeout=30)
+    keys = sem.partition()
+    three = sem.acquire(permits=3)
+    two = sem.acquire(permits=2)
+    assert three is not None and two is not None
+    assert (three.slots, three.permits, two.slots, two.permits) == ((), 3, (), 2)
+    assert sem.acquire() is None and sem.available() == 0
+    assert [(h.permits, h.slots) for h in sem.holders()] == [(3, ()), (2, ())]
+    assert raw_redis.exists(keys.slots) == 0  # the bitmap costs nothing without SLOTS
+    assert three.release() is True
+    assert sem.available() == 3
+    one = sem.acquire(permits=3)
+    assert one is not None and sem.acquire() is None
+    assert one.release() is True and two.release() is True
+    assert sem.available() == 5
+    # The permits beyond one per holder are back to 0: nothing leaks into the count.
+    assert int(raw_redis.hget(keys.holds, "+") or 0) == 0
+
+
+def test_the_permits_of_an_expired_weighted_holder_come_back_without_a_purge():
+    short = Semaphore("lean-expiry", limit=5, timeout=0.2)
+    lost = short.acquire(permits=4)
+    assert lost is not None and short.acquire(permits=2) is None
+    time.sleep(0.3)  # its lease ends: nobody released it
+    sem = Semaphore("lean-expiry", limit=5, timeout=30)
+    everything = sem.acquire(permits=5)  # the acquire purges the expired holder, all 4 permits
+    assert everything is not None and sem.available() == 0
+    assert lost.release() is False  # already gone: it gives back nothing twice
+    assert sem.available() == 0
+    assert everything.release() is True and sem.available() == 5
+
+
+@pytest.mark.parametrize("slots", [False, True], ids=["plain", "SLOTS"])
+def test_a_refresh_keeps_the_permits_and_the_slots(slots):
+    sem = Semaphore("lean-refresh", limit=4, timeout=30, slots=slots)
+    lease = sem.acquire(permits=3)
+    assert lease is not None and lease.refresh() is True
+    (holder,) = sem.holders()
+    assert (holder.permits, holder.slots) == (3, (0, 1, 2) if slots else ())
+    assert sem.acquire(permits=2) is None and sem.available() == 1
+    assert lease.release() is True and sem.available() == 4
+
+
+def test_the_waiters_flag_follows_the_queue(raw_redis):
+    """Releases and newcomers look at the queue only while the HASH's waiters flag says it
+    may hold waiters: set when one queues, cleared once the queue is empty again."""
+    sem = Semaphore("lean-flag", limit=1, timeout=30)
+    keys = sem.partition()
+    held = sem.acquire()
+    assert held is not None and raw_redis.hget(keys.holds, "w") is None
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(sem.acquire(wait=10)))
+    waiter.start()
+    wait_until(lambda: len(sem.waiters()) == 1, 5, message="queued")
+    assert raw_redis.hget(keys.holds, "w") == b"1"
+    assert sem.acquire() is None  # a newcomer does not pass the waiter
+    assert held.release() is True  # wakes the waiter
+    waiter.join(10)
+    (lease,) = got
+    assert lease is not None
+    assert raw_redis.hget(keys.holds, "w") is None  # the queue is empty again
+    assert lease.release() is True
+    assert sem.acquire() is not None  # the common path again

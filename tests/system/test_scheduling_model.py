@@ -72,7 +72,7 @@ class SchedulingModel(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.sem = Semaphore(f"sched-{next(_names)}", limit=MAX_LIMIT, timeout=60)
+        self.sem = Semaphore(f"sched-{next(_names)}", limit=MAX_LIMIT, timeout=60, slots=True)
         self.limit = MAX_LIMIT
         self.holders = []  # live (not released; expired ones are dropped)
         self.queue = []  # model waiters, any order (sorted by .order when served)

@@ -144,7 +144,7 @@ WEIGHTED_WORKER = textwrap.dedent(
     import redis
     from django_semaphore import Semaphore
     index, attempts, out, go = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    sem = Semaphore("weighted-stress", limit=LIMIT, timeout=30)
+    sem = Semaphore("weighted-stress", limit=LIMIT, timeout=30, slots=True)
     wait = 0.5 if index % 4 == 0 else 0  # a quarter of the workers queue
     sem.available()
     redis.Redis.from_url(os.environ["REDIS_URL"]).blpop(go, 60)
