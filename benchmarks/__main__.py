@@ -106,6 +106,7 @@ def main(argv=None):
         say = lambda text: print(f"[{time.monotonic() - started:6.1f}s] {text}", file=sys.stderr, flush=True)  # noqa: E731
 
         from . import contention, cpu, cycles, memory, overrides, peers, rediscost, waiting, web
+        from . import options as option_costs
 
         if args.skip_node:
             os.environ["BENCH_SKIP_NODE"] = "1"
@@ -121,6 +122,8 @@ def main(argv=None):
         say("Redis-side cost (INFO commandstats)")
         results["rediscost"] = rediscost.measure(rounds=60 if quick else 200)
         results["cost_per_cycle"] = rediscost.per_cycle(rounds=30 if quick else 100)
+        say("each option's cost per cycle, paired with a plain semaphore")
+        results["options"] = option_costs.measure(rounds=20 if quick else 60)
         say("CPU per cycle: server (INFO cpu) and client (process_time), ours vs seed vs peers")
         results["cpu"] = cpu.measure(server.url, rounds=5 if quick else 15)
         say("runtime overrides: commands per acquire with and without one")

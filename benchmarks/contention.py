@@ -101,7 +101,9 @@ def _waiting_worker(kind, name, limit, start_at, duration, out):
             lease = sem.acquire(wait=WAIT)
             if lease is None:
                 raise RuntimeError(f"{name}: no slot within {WAIT} s")
-            return lease.release, lease.token
+            # The server's record of order: the grant's fencing token, and the
+            # ticket number it queued with ("" when granted at once).
+            return lease.release, (lease.token, int(lease.ticket) if lease.ticket else None)
 
     else:
         take, give = blocking_mutex(kind, connection.get_client(), name)
@@ -125,7 +127,7 @@ def _waiting_worker(kind, name, limit, start_at, duration, out):
         released = monotonic()
         release()
         triples.append(
-            (requested, granted, released) if token is None else (requested, granted, released, token)
+            (requested, granted, released) if token is None else (requested, granted, released, *token)
         )
     out.put(triples)
 
@@ -175,11 +177,38 @@ def fifo(triples, margin=FIFO_MARGIN):
     return (out_of_order / len(triples) if triples else float("nan")), most
 
 
+def server_fifo(triples):
+    """Grant order against arrival order, both on the server's clock, for our grants.
+
+    Each tuple carries the grant's fencing token and its queue ticket number
+    (server microseconds when it queued; None when it was granted at once, so
+    that it arrived at its token's moment: tokens are the server's microseconds
+    too, or one more than the last).  A grant *overtook* a caller that arrived
+    before it and was granted after it.  Returns the fraction of grants that
+    overtook anyone, and the most callers one grant overtook: 0 and 0 when the
+    queue is served in exact order.
+    """
+    import bisect
+
+    ours = [t for t in triples if len(t) > 4]
+    by_arrival = sorted((t[4] if t[4] is not None else t[3], t[3]) for t in ours)
+    granted_before = []  # tokens of the callers that arrived earlier, sorted
+    out_of_order = most = 0
+    for _, token in by_arrival:
+        overtaken = len(granted_before) - bisect.bisect_right(granted_before, token)
+        if overtaken:
+            out_of_order += 1
+            most = max(most, overtaken)
+        bisect.insort(granted_before, token)
+    return (out_of_order / len(ours) if ours else float("nan")), most
+
+
 def _row(triples, limit, duration, peer=None):
     from .common import percentile
 
     above, peak = sweep([(t[1], t[2]) for t in triples], limit)
     out_of_order, most = fifo(triples)
+    server = server_fifo(triples) if triples and len(triples[0]) > 4 else None
     waits = [(t[1] - t[0]) * 1000.0 for t in triples]
     return {
         "limit": limit,
@@ -191,6 +220,9 @@ def _row(triples, limit, duration, peer=None):
         "max_overtaken": most,
         "wait_p50_ms": percentile(waits, 50),
         "wait_p99_ms": percentile(waits, 99),
+        # Ours: grant order against arrival order on the server's clock (tokens, tickets).
+        "server_out_of_order": None if server is None else server[0],
+        "server_max_overtaken": None if server is None else server[1],
     }
 
 

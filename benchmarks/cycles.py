@@ -11,7 +11,7 @@ from django_semaphore import Semaphore, connection
 from django_semaphore.algorithms.lua import ACQUIRE, RELEASE
 
 from .common import ALGORITHMS, interleaved, median, ratio
-from .peers import LEASE, pip_peers
+from .peers import LEASE, pip_peers, seed_cycle
 
 HOLDER_COUNTS = (0, 10, 1000, 10000)
 
@@ -120,6 +120,7 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
     quiet = signal_receivers_off(cycle(sems[("lua", holder_counts[0])]))
     if quiet is not None:
         contenders["lua, no signal receivers"] = quiet
+    contenders["seed Lua + ZREM"] = seed_cycle(client, 10)  # Redis in Action 11.2.3, 10 other holders
     peer_fns = pip_peers(client)
     contenders.update(peer_fns)
     for fn in contenders.values():  # warm up: scripts loaded, connections open
@@ -143,12 +144,16 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
                 "vs_empty": ratio(relative, key, (algorithm, holder_counts[0])),
             }
         result["algorithms"][algorithm] = rows
-    for name in ("script floor", "raw scripts", "lua, no signal receivers"):
+    for name in ("script floor", "raw scripts", "lua, no signal receivers", "seed Lua + ZREM"):
         if name not in rates:
             continue
         result[name] = {"rate": median(rates[name]), "vs_floor": ratio(relative, name, "floor")}
     for name in peer_fns:
         result["peers"][name] = {"rate": median(rates[name]), "vs_floor": ratio(relative, name, "floor")}
+    if ("lua", 10) in sems:  # issue 23, goal 2: beside the seed with as many holders, and the peers
+        ten = ("lua", 10)
+        result["vs_seed"] = ratio(relative, ten, "seed Lua + ZREM")
+        result["vs_peers"] = {name: ratio(relative, ten, name) for name in peer_fns}
     lua0 = ("lua", holder_counts[0])
     result["lua_vs_fair_locked"] = ratio(relative, lua0, ("fair_locked", holder_counts[0]))
     # Plain / weighted cycles per second: how much longer a weighted cycle takes.

@@ -29,6 +29,13 @@ def _delta(after, before, command):
     return a[0] - b[0], a[1] - b[1]
 
 
+def _nested(after, before):
+    """Commands run inside scripts (``redis.call``) between two snapshots."""
+    return sum(
+        _delta(after, before, command)[1] for command in after if command not in ("evalsha", "eval", "info")
+    )
+
+
 def measure(rounds, holder_counts=(10, 1000, 10000)):
     client = connection.get_client()
     seed_sha = client.script_load(SEED_ACQUIRE)
@@ -43,6 +50,7 @@ def measure(rounds, holder_counts=(10, 1000, 10000)):
         for _ in range(20):  # warm-up
             sem.acquire().release()
         batches = {"acquire": [], "release": [], "seed_acquire": [], "seed_release": []}
+        calls = {"acquire": [], "release": [], "seed_acquire": []}
         ratios = []
         for _ in range(rounds):
             s0 = _usec(client)
@@ -65,14 +73,22 @@ def measure(rounds, holder_counts=(10, 1000, 10000)):
                 "seed_acquire": (s3, s2, "evalsha"),
                 "seed_release": (s4, s3, "zrem"),
             }.items():
-                usec, calls = _delta(after, before, command)
-                batches[name].append(usec / calls)
+                usec, n = _delta(after, before, command)
+                batches[name].append(usec / n)
+            for name, (after, before) in {
+                "acquire": (s1, s0),
+                "release": (s2, s1),
+                "seed_acquire": (s3, s2),
+            }.items():
+                calls[name].append(_nested(after, before) / BATCH)
             if batches["seed_acquire"][-1]:
                 ratios.append(batches["acquire"][-1] / batches["seed_acquire"][-1])
         # Medians over batches: a burst from another process on the machine
         # spoils a batch, not the figure.
         row = {name: median(values) for name, values in batches.items()}
         row["ratio"] = median(ratios)
+        # Redis commands run inside the scripts, per call (the seed's ZREM release is one command).
+        row["calls"] = {name: median(values) for name, values in calls.items()}
         result[holders] = row
         client.delete(seed_key)
     return result

@@ -109,6 +109,8 @@ def table(r, targets):
             "",
             f"<= {t} x: {_verdict(x <= t)}",
         )
+    if "options" in r:
+        _option_rows(r["options"], add)
     if "cpu" in r:
         _cpu_rows(r["cpu"], add)
     if "overrides" in r:
@@ -222,6 +224,8 @@ def table(r, targets):
     lines = _simple_table(("section", "measure", "figure", "x floor / other", "target"), rows)
     lines += ["", "Goals (issue 15)", ""]
     lines += _simple_table(("goal", "measured", "target", "met"), goals(r))
+    lines += ["", "Goals (issue 23: engine v2, pay for what you use)", ""]
+    lines += _simple_table(("goal", "measured", "target", "met"), engine_goals(r))
     m = r["machine"]
     lines.insert(
         0,
@@ -251,6 +255,24 @@ def _cpu_label(name):
         label = "ours (acquire+release)" if who == "ours" else "seed (11.2.3 Lua + ZREM)"
         return f"{label}, {holders:,} other holder{'s' if holders != 1 else ''}"
     return name
+
+
+def _option_rows(o, add):
+    plain = o["plain"]
+    add(
+        "option cost/cycle",
+        "plain (LIMIT 5, no option)",
+        f"{plain['usec']:.1f} usec",
+        f"{plain['calls']:.1f} calls",
+    )
+    for name, row in o["options"].items():
+        add(
+            "option cost/cycle",
+            name,
+            f"{row['usec']:.1f} usec",
+            f"{row['calls']:.1f} calls",
+            f"{row['vs_plain']:.2f} x plain (paired)",
+        )
 
 
 def _cpu_rows(c, add):
@@ -288,7 +310,12 @@ def _contention_goal_rows(g, add):
             f"{row['grants_per_s']:,.0f} grants/s",
             f"wait p50 {row['wait_p50_ms']:.1f} / p99 {row['wait_p99_ms']:.1f} ms",
             f"{row['above_limit']} above LIMIT (peak {row['peak']}); "
-            f"{row['out_of_order'] * 100:.1f} % out of order, max {row['max_overtaken']} overtaken",
+            f"{row['out_of_order'] * 100:.1f} % out of order, max {row['max_overtaken']} overtaken"
+            + (
+                f" (server: {row['server_out_of_order'] * 100:.2f} %, max {row['server_max_overtaken']})"
+                if row.get("server_out_of_order") is not None
+                else ""
+            ),
         )
     if "node_skipped" in g:
         add(f"contention {g['processes']} procs", f"redis-semaphore: skipped ({g['node_skipped']})", "-")
@@ -325,6 +352,133 @@ GOALS = {
     "guarded_vs_plain": 0.85,
     "memory_vs_baseline": 1.05,
 }
+
+
+#: Issue 23's goals (engine v2).
+ENGINE_GOALS = {
+    "nested_calls": 10,
+    "server_cpu_vs_seed": 2.0,
+    "cycles_vs_seed": 0.95,
+    "cycles_vs_lock": 0.95,
+    "client_cpu_vs_seed": 1.5,
+    "option_vs_plain": 1.1,
+}
+
+
+def engine_goals(r):
+    """Issue 23's goals block: (goal, measured, target, met) rows."""
+    rows = []
+    for holders, row in r["rediscost"].items():
+        calls = row.get("calls")
+        if not calls:
+            continue
+        n = calls["acquire"] + calls["release"]
+        seed = calls["seed_acquire"] + 1  # its release: one ZREM
+        t = ENGINE_GOALS["nested_calls"]
+        rows.append(
+            (
+                f"1 Redis calls per uncontended cycle, {holders:,} holders",
+                f"{n:.1f} ({calls['acquire']:.1f} + {calls['release']:.1f}; seed {seed:.0f})",
+                f"<= {t}",
+                _goal(n <= t),
+            )
+        )
+    if "cpu" in r:
+        c = r["cpu"]
+        t = ENGINE_GOALS["server_cpu_vs_seed"]
+        for holders, x in c["server_vs_seed"].items():
+            rows.append(
+                (
+                    f"1 server CPU above PING pair, {holders:,} holder{'s' if holders != 1 else ''}",
+                    f"{x:.2f} x seed",
+                    f"<= {t} x",
+                    _goal(x <= t),
+                )
+            )
+        t = ENGINE_GOALS["client_cpu_vs_seed"]
+        rows.append(
+            (
+                "2 client CPU above PING pair",
+                f"{c['client_vs_seed']:.2f} x seed",
+                f"<= {t} x",
+                _goal(c["client_vs_seed"] <= t),
+            )
+        )
+    cyc = r["cycles"]
+    if "vs_seed" in cyc:
+        t = ENGINE_GOALS["cycles_vs_seed"]
+        rows.append(
+            (
+                "2 cycles/s, 10 holders",
+                f"{cyc['vs_seed']:.2f} x seed Lua",
+                f">= {t} x",
+                _goal(cyc["vs_seed"] >= t),
+            )
+        )
+        t = ENGINE_GOALS["cycles_vs_lock"]
+        for peer, x in cyc.get("vs_peers", {}).items():
+            rows.append(("2 cycles/s, 10 holders", f"{x:.2f} x {peer}", f">= {t} x", _goal(x >= t)))
+    if "contention_goal" in r:
+        rows.extend(_engine_contention_goals(r["contention_goal"]))
+    if "options" in r:
+        t = ENGINE_GOALS["option_vs_plain"]
+        from .options import BOUNDED
+
+        for name, row in r["options"]["options"].items():
+            bounded = name in BOUNDED
+            rows.append(
+                (
+                    f"4 {name} / plain, Redis usec per cycle",
+                    f"{row['vs_plain']:.2f} x ({row['calls']:.1f} calls)",
+                    f"<= {t} x" if bounded else "(priced)",
+                    _goal(row["vs_plain"] <= t) if bounded else "-",
+                )
+            )
+    return rows
+
+
+def _engine_contention_goals(g):
+    """Target 3: LIMIT 1 against the mutexes (grants/s, p99 wait at most half of redis-py Lock's),
+    LIMIT 5 against the node peer, 0 moments above LIMIT, exact queue order on the server."""
+    rows = []
+    for name, row in g["rows"].items():
+        if not row["peer"]:
+            continue
+        mine = g["rows"][row["peer"]]
+        rows.append(
+            (
+                f"3 {row['peer']} vs {name}",
+                f"{mine['grants_per_s']:,.0f} vs {row['grants_per_s']:,.0f} grants/s",
+                ">= peer",
+                _goal(mine["grants_per_s"] >= row["grants_per_s"]),
+            )
+        )
+        if name.startswith("redis-py Lock"):
+            half = row["wait_p99_ms"] / 2
+            rows.append(
+                (
+                    f"3 {row['peer']}: p99 wait vs {name}",
+                    f"{mine['wait_p99_ms']:.1f} vs {row['wait_p99_ms']:.1f} ms",
+                    f"<= {half:.1f} ms (half)",
+                    _goal(mine["wait_p99_ms"] <= half),
+                )
+            )
+    for name, row in g["rows"].items():
+        if row["peer"]:
+            continue
+        rows.append(
+            (f"3 {name}: moments above LIMIT", str(row["above_limit"]), "0", _goal(row["above_limit"] == 0))
+        )
+        if row.get("server_out_of_order") is not None:
+            rows.append(
+                (
+                    f"3 {name}: grants out of queue order (server's tokens and tickets)",
+                    f"{row['server_out_of_order'] * 100:.2f} % (max {row['server_max_overtaken']} overtaken)",
+                    "0",
+                    _goal(row["server_out_of_order"] == 0),
+                )
+            )
+    return rows
 
 
 def goals(r):
