@@ -60,6 +60,18 @@ def _block_for(client: Client, remaining: float, outcome: Refused, limit: int) -
     return max(timeout, MIN_BLOCK)
 
 
+def _claim(
+    algorithm: Algorithm, keys: PartitionKeys, timeout_ms: int, identifier: str, granted: Granted
+) -> Operation[Granted | None]:
+    """Turn the claim lease a release granted (half a second) into a lease of the
+    caller's own TIMEOUT: its first refresh.  None if the claim ran out first."""
+    expires = yield from algorithm.refresh(keys, timeout_ms, identifier)
+    if expires is None:
+        return None
+    granted.expires_ms = int(expires)
+    return granted
+
+
 def wait_ops(
     algorithm: Algorithm,
     keys: PartitionKeys,
@@ -106,6 +118,12 @@ def wait_ops(
         )
         if isinstance(outcome, Granted):
             outcome.ticket = ticket
+            if ticket and outcome.expires_ms - outcome.acquired_ms != timeout_ms:
+                # Granted by a release while it looked away: a claim lease to make its own.
+                claimed = yield from _claim(algorithm, keys, timeout_ms, identifier, outcome)
+                if claimed is not None:
+                    return claimed
+                continue  # too late: back to its place in the queue
             return outcome
         if outcome.queue_full:  # not queued: nothing to abandon
             return outcome
@@ -118,7 +136,13 @@ def wait_ops(
             on_queued = None
         if algorithm.queues:
             timeout = _block_for(client, remaining, outcome, limit)
-            yield Command(("BLPOP", keys.wake(identifier), timeout))
+            woken = yield Command(("BLPOP", keys.wake(identifier), timeout))
+            granted = algorithm.grant_from(woken[1], permits, slots) if woken else None
+            if granted is not None:  # a release granted it the permits (direct grant)
+                granted.ticket = ticket
+                claimed = yield from _claim(algorithm, keys, timeout_ms, identifier, granted)
+                if claimed is not None:
+                    return claimed
         else:
             yield Sleep(max(MIN_BLOCK, min(remaining, POLL, outcome.retry_after_ms / 1000.0)))
     if limit_of is not None:

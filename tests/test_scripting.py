@@ -75,19 +75,19 @@ async def test_script_flush_is_recovered_async(raw_redis):
 def test_each_script_carries_only_the_prelude_definitions_it_uses():
     """Redis runs a script's whole source per call: unused prelude functions would cost
     a closure each.  The split keeps every line of _lib.lua, and the definitions a script
-    uses only through another one (release -> wake -> wake_first) come along, in order."""
+    uses only through another one (release -> wake -> grant_first) come along, in order."""
     from django_semaphore.scripting import LuaScript, _read, split_prelude
 
     lib = _read("_lib.lua")
     header, definitions = split_prelude(lib)
     assert header + "".join(text for _, text in definitions) == lib
     defined = {name for names, _ in definitions for name in names}
-    assert {"server_ms", "wake", "wake_first", "next_watermark", "keep_until", "HOLD_SCALE"} <= defined
+    assert {"server_ms", "wake", "grant_first", "next_watermark", "keep_until", "HOLD_SCALE"} <= defined
 
     release = LuaScript("release").source
-    for needed in ("local function wake(", "local function wake_first(", "local function record_hold("):
+    for needed in ("local function wake(", "local function grant_first(", "local function record_hold("):
         assert needed in release
-    assert release.index("local function wake_first(") < release.index("local function wake(")
+    assert release.index("local function grant_first(") < release.index("local function wake(")
     assert "local function next_watermark(" not in release
     assert "local function hold_estimate(" not in release
     # A script using nothing of the prelude gets its header only.

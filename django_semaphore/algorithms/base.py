@@ -123,6 +123,11 @@ class Algorithm(Protocol):
         """
         ...
 
+    def grant_from(self, payload: Any, permits: int, slots: bool) -> Granted | None:
+        """The grant a release pushed to a waiter's wake-up list (direct grant), or
+        None when ``payload`` is a bare wake-up (only if :attr:`queues`)."""
+        ...
+
     def refresh(self, keys: PartitionKeys, timeout_ms: int, identifier: str) -> Operation[float | None]:
         """Extend a live lease by ``timeout_ms``: the new expiry (ms), or None if it was lost."""
         ...

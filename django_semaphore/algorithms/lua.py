@@ -1,9 +1,12 @@
 """The default algorithm, "lua": one atomic script per operation, on the server's clock.
 
-Every key a script touches is passed in KEYS.  The wake-ups a script decides
-on (the waiters a free slot goes to) are pushed to those waiters' lists by a
-second script (``wake.lua``), to which the operation passes their keys: one
-more round trip, only when there are waiters to wake.
+Every key a script touches is passed in KEYS.  Permits that come free while
+callers wait are granted to the first of them by the script that freed them
+(direct grant: a release, an abandon, or an acquire that finds free permits
+nobody took), in queue order; the grants are pushed to those waiters' lists
+by a second script (``wake.lua``), to which the operation passes their keys:
+one more round trip, only when there are waiters.  A waiter's grant is a
+claim lease of half a second, which its first refresh turns into its own.
 """
 
 from __future__ import annotations
@@ -82,6 +85,10 @@ class Lua:
         yield from wake(keys, reply, 1)
         return bool(reply[0] == 1)
 
+    def grant_from(self, payload: Any, permits: int, slots: bool) -> Granted | None:
+        """The grant a release pushed to a waiter (``token:acquired_ms:expires_ms:slots``)."""
+        return parse_grant(payload, permits, slots)
+
     def refresh(self, keys: PartitionKeys, timeout_ms: int, identifier: str) -> Operation[float | None]:
         """Extend a live lease: the new expiry (ms), or None if the slot was lost."""
         reply = yield Script(REFRESH, keys.main, (identifier, timeout_ms))
@@ -98,8 +105,19 @@ class Lua:
 
 
 def wake(keys: PartitionKeys, reply: Any, start: int) -> Operation[None]:
-    """Push the wake-ups a script asked for: ``reply[start]`` is the TTL of the
-    wake-up lists, the identifiers follow."""
+    """Push the grants a script made to waiters (direct grant): ``reply[start]``
+    is the TTL of the wake-up lists, then each waiter's identifier and grant."""
     if len(reply) > start + 1:
-        lists = tuple(keys.wake(as_str(identifier)) for identifier in reply[start + 1 :])
-        yield Script(WAKE, lists, (reply[start],))
+        granted = reply[start + 1 :]
+        lists = tuple(keys.wake(as_str(identifier)) for identifier in granted[0::2])
+        yield Script(WAKE, lists, (reply[start], *granted[1::2]))
+
+
+def parse_grant(payload: Any, permits: int, slots: bool) -> Granted | None:
+    """The grant a release pushed to a waiter's wake-up list
+    (``token:acquired_ms:expires_ms:slots``), or None for anything else."""
+    parts = as_str(payload).split(":")
+    if len(parts) != 4 or not parts[0].isdigit():
+        return None
+    numbers = parse_slots(parts[3]) if slots else ()
+    return Granted(int(parts[0]), int(parts[1]), int(parts[2]), False, numbers, permits)

@@ -181,6 +181,10 @@ class Basic:
         )
         return reply[0] is not None and float(reply[0]) > now
 
+    def grant_from(self, payload: Any, permits: int, slots: bool) -> Granted | None:
+        """None: no queue, nothing is ever pushed to a waiter."""
+        return None
+
     def refresh(self, keys: PartitionKeys, timeout_ms: int, identifier: str) -> Operation[float | None]:
         """Extend the lease, or report it lost: the check and the write are one MULTI.
 

@@ -100,6 +100,128 @@ local function drop_record(id)
   drop_records({id})
 end
 
+-- The holder keys (KEYS[1], KEYS[2], KEYS[3], KEYS[7]) outlive the latest
+-- expiry they hold by one second: the "e" field of the holds HASH says until
+-- when they live at least (an absolute server time), so the common call reads
+-- it with the rest and writes nothing. When a new expiry would outlive it, the
+-- watermark moves to that expiry + 1 s + one lease more (so this happens about
+-- once per lease, and a partition nobody uses is gone within 2 x lease + 1 s)
+-- and the four keys get it with PEXPIREAT, which never shortens a TTL set the
+-- same way (the watermark only grows while the HASH lives) and works on Redis 6.2.
+-- `watermark`: the "e" read (nil: the HASH was just (re)created, so the other
+-- keys' TTLs are not known: the new one is at least the longest of them).
+-- Returns the new watermark, or nil when the keys live long enough.
+local function next_watermark(now, expires, lease, watermark)
+  local need = expires + 1000
+  if watermark and watermark >= need then return nil end
+  local target = need + lease
+  if watermark then return math.max(target, watermark) end
+  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[7]}) do
+    local ttl = redis.call('PTTL', key)
+    if ttl > 0 and now + ttl > target then target = now + ttl end
+  end
+  return target
+end
+
+-- Give the holder keys the watermark `at` (after the HASH was written).
+local function keep_until(at)
+  redis.call('PEXPIREAT', KEYS[1], at)
+  redis.call('PEXPIREAT', KEYS[2], at)
+  redis.call('PEXPIREAT', KEYS[3], at)
+  redis.call('PEXPIREAT', KEYS[7], at)
+end
+
+-- The partition's state for hold(), read once per script: the holds HASH's
+-- fair counter, weighted count and TTL watermark, and whether the timeouts
+-- ZSET is empty (so that the next timeouts entry creates it, without a TTL).
+local function grant_state(now, clock)
+  local h = redis.call('HMGET', KEYS[3], '#', '+', 'e')
+  return {
+    counter = h[1], extra = tonumber(h[2] or '') or 0, watermark = tonumber(h[3] or ''),
+    fresh = redis.call('EXISTS', KEYS[1]) == 0, now = now, clock = clock, numbered = false,
+  }
+end
+
+-- Make `id`, whose timeouts entry (until `expires`, a lease of `lease` ms) is
+-- written, a holder of `permits`: its slot numbers when `st.numbered`, its
+-- fair token, its record (`meta` json), its owners entry, the weighted count
+-- and the keys' TTLs. `st` (grant_state) is kept up to date for the next
+-- grant of the same script. Returns the token and the slots ("3,5" or '').
+local function hold(st, id, permits, expires, lease, meta)
+  local taken = ''
+  local new_bitmap = false
+  if st.numbered then
+    -- The lowest free slot numbers: below the limit in force, since fewer
+    -- than `limit` permits are held (slots of holders above a lowered limit
+    -- stay theirs). BITPOS from the byte of the last slot taken: O(LIMIT / 64)
+    -- in all. (SETBIT per slot: cheaper than one BITFIELD for a few.)
+    new_bitmap = redis.call('EXISTS', KEYS[7]) == 0
+    local pos = redis.call('BITPOS', KEYS[7], 0)
+    redis.call('SETBIT', KEYS[7], pos, 1)
+    taken = tostring(pos)
+    if permits > 1 then
+      -- Joined once at the end: appending to a string per permit is quadratic
+      -- (16,000 permits took 1.9 s of the server's time).
+      local list = {taken}
+      for i = 2, permits do
+        pos = redis.call('BITPOS', KEYS[7], 0, math.floor(pos / 8))
+        redis.call('SETBIT', KEYS[7], pos, 1)
+        list[i] = pos
+      end
+      taken = table.concat(list, ',')
+    end
+  end
+  -- The fair counter: the next token is the larger of the last token + 1
+  -- and the server time in microseconds. Tokens keep increasing across idle
+  -- periods in which the keys expired, and across a failover to a replica
+  -- that had not yet received the last tokens (as long as the servers'
+  -- clocks agree to within the failover time). Returned as a string to stay
+  -- exact; past 2^53 the server's integer arithmetic takes over.
+  local n = tonumber(st.counter or '') or 0
+  local token
+  if n >= 9007199254740991 then
+    redis.call('HINCRBY', KEYS[3], '#', 1)
+    token = redis.call('HGET', KEYS[3], '#')
+  else
+    local micros = tonumber(st.clock[1]) * 1000000 + tonumber(st.clock[2])
+    if micros > n then n = micros else n = n + 1 end
+    token = string.format('%.0f', n)
+  end
+  st.counter = token
+  local keep = next_watermark(st.now, expires, lease, st.watermark)
+  local fields = {'#', token, id, token .. ':' .. st.now .. ':' .. meta}
+  if permits > 1 then
+    st.extra = st.extra + permits - 1
+    fields[5] = '*' .. id
+    fields[6] = permits
+    fields[7] = '+'
+    fields[8] = st.extra
+  end
+  if st.numbered then
+    fields[#fields + 1] = '@' .. id
+    fields[#fields + 1] = taken
+  end
+  if keep then
+    fields[#fields + 1] = 'e'
+    fields[#fields + 1] = keep
+  end
+  redis.call('HSET', KEYS[3], unpack(fields))
+  redis.call('ZADD', KEYS[2], token, id)
+  if keep then
+    keep_until(keep)
+    st.watermark = keep
+  else
+    -- The watermark holds: only keys created now lack their TTL.
+    if st.fresh then
+      redis.call('PEXPIREAT', KEYS[1], st.watermark)
+      redis.call('PEXPIREAT', KEYS[2], st.watermark)
+    end
+    if new_bitmap then redis.call('PEXPIREAT', KEYS[7], st.watermark) end
+  end
+  st.fresh = false
+  return token, taken
+end
+
 -- Remove up to `n` (<= 1000) holders whose lease ended at or before `now`; return how many.
 local function purge_holders(now, n)
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, n)
@@ -132,52 +254,70 @@ local function purge_waiters(now)
     if #gone > 0 then
       redis.call('ZREM', KEYS[4], unpack(gone))
       redis.call('ZREM', KEYS[5], unpack(gone))
-      local ids = {}
-      for i, member in ipairs(gone) do ids[i] = member_parts(member) end
-      redis.call('HDEL', KEYS[6], unpack(ids))
+      local fields = {}
+      for _, member in ipairs(gone) do
+        local id = member_parts(member)
+        fields[#fields + 1] = id
+        fields[#fields + 1] = '@' .. id
+      end
+      redis.call('HDEL', KEYS[6], unpack(fields))
       waiting = redis.call('ZCARD', KEYS[4])
     end
   end
   return waiting
 end
 
--- The first waiters in serving order whose permits fit in the `free` ones
--- together are entitled to them (the first that does not fit stops the
--- walk: it blocks those behind it, so a large request is not starved): give
--- each one not woken yet CLAIM_MS to come and take its slots (ZADD LT only
--- ever brings a deadline forward; CH says whether it did, i.e. whether this
--- waiter is woken now) and append it to `out`, preceded by the TTL for its
--- wake-up list (that of the queue keys, which outlive every waiter's lease,
--- and at least 10 s). At most `free` members are read (each needs >= 1 permit).
-local function wake_first(now, free, out)
-  local claim = now + CLAIM_MS
+-- Direct grant: the first waiters in serving order whose permits fit in the
+-- `free` ones together are granted them now (the first that does not fit
+-- stops the walk: it blocks those behind it, so a large request is not
+-- starved), in queue order, so their tokens follow the queue. Each gets a
+-- claim lease of CLAIM_MS: a live waiter turns it into a lease of its own
+-- TIMEOUT with its first refresh, within milliseconds; a dead one loses it
+-- when it expires, instead of holding up the waiters behind it. Each one
+-- granted leaves the queue and is appended to `out` with its grant
+-- ("token:acquired_ms:expires_ms:slots"), which the caller pushes to its
+-- wake-up list (wake.lua), preceded by the TTL for the lists (that of the
+-- queue keys, which outlive every waiter's lease, and at least 10 s). At most
+-- `free` members are read (each needs >= 1 permit).
+local function grant_first(now, clock, free, out)
+  local st = nil
   local first = #out + 1
   local taken = 0
   for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
     local id, permits = member_parts(w)
     taken = taken + permits
     if taken > free then break end
-    if redis.call('ZADD', KEYS[5], 'XX', 'LT', 'CH', claim, w) == 1 then
-      if #out < first then out[first] = math.max(10000, redis.call('PTTL', KEYS[5])) end
+    if #out < first then out[first] = math.max(10000, redis.call('PTTL', KEYS[5])) end
+    local rec = redis.call('HMGET', KEYS[6], id, '@' .. id)
+    local meta = rec[1] and string.match(rec[1], '^%d+:%d+:(.*)$') or '{}'
+    if not st then st = grant_state(now, clock) end
+    st.numbered = rec[2] == '1'
+    local expires = now + CLAIM_MS
+    redis.call('ZREM', KEYS[4], w)
+    redis.call('ZREM', KEYS[5], w)
+    redis.call('HDEL', KEYS[6], id, '@' .. id)
+    if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 1 then
+      local token, slots = hold(st, id, permits, expires, CLAIM_MS, meta)
       out[#out + 1] = id
+      out[#out + 1] = token .. ':' .. now .. ':' .. expires .. ':' .. slots
     end
   end
 end
 
--- Permits came free (release, abandon): pass them to the first waiters.
-local function wake(now, limit, out)
+-- Permits came free (release, abandon): grant them to the first waiters.
+local function wake(now, clock, limit, out)
   local waiting = purge_waiters(now)
   if waiting == 0 then return end
   purge_holders(now, 100)
   local free = limit - permits_held()
-  if free > 0 then wake_first(now, free, out) end
+  if free > 0 then grant_first(now, clock, free, out) end
 end
 
 -- Record one hold time (ms) in the holds HASH, which must exist (it does while
 -- it holds a record: see release.lua), so the HINCRBY keeps its TTL.
-local function record_hold(hold)
-  if hold < 0 then hold = 0 elseif hold > HOLD_MAX_MS then hold = HOLD_MAX_MS end
-  local packed = redis.call('HINCRBY', KEYS[3], HOLDS_FIELD, string.format('%.0f', hold * HOLD_SCALE + 1))
+local function record_hold(ms)
+  if ms < 0 then ms = 0 elseif ms > HOLD_MAX_MS then ms = HOLD_MAX_MS end
+  local packed = redis.call('HINCRBY', KEYS[3], HOLDS_FIELD, string.format('%.0f', ms * HOLD_SCALE + 1))
   local n = packed % HOLD_SCALE
   if n >= HOLD_SAMPLES then
     local sum = (packed - n) / HOLD_SCALE
@@ -196,35 +336,4 @@ local function hold_estimate(ahead, limit)
   if n == 0 then return nil end
   local mean = (packed - n) / HOLD_SCALE / n
   return math.ceil((ahead + 1) / limit) * mean
-end
-
--- The holder keys (KEYS[1], KEYS[2], KEYS[3], KEYS[7]) outlive the latest
--- expiry they hold by one second: the "e" field of the holds HASH says until
--- when they live at least (an absolute server time), so the common call reads
--- it with the rest and writes nothing. When a new expiry would outlive it, the
--- watermark moves to that expiry + 1 s + one lease more (so this happens about
--- once per lease, and a partition nobody uses is gone within 2 x lease + 1 s)
--- and the four keys get it with PEXPIREAT, which never shortens a TTL set the
--- same way (the watermark only grows while the HASH lives) and works on Redis 6.2.
--- `watermark`: the "e" read (nil: the HASH was just (re)created, so the other
--- keys' TTLs are not known: the new one is at least the longest of them).
--- Returns the new watermark, or nil when the keys live long enough.
-local function next_watermark(now, expires, lease, watermark)
-  local need = expires + 1000
-  if watermark and watermark >= need then return nil end
-  local target = need + lease
-  if watermark then return math.max(target, watermark) end
-  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[7]}) do
-    local ttl = redis.call('PTTL', key)
-    if ttl > 0 and now + ttl > target then target = now + ttl end
-  end
-  return target
-end
-
--- Give the holder keys the watermark `at` (after the HASH was written).
-local function keep_until(at)
-  redis.call('PEXPIREAT', KEYS[1], at)
-  redis.call('PEXPIREAT', KEYS[2], at)
-  redis.call('PEXPIREAT', KEYS[3], at)
-  redis.call('PEXPIREAT', KEYS[7], at)
 end

@@ -1,8 +1,11 @@
 -- A waiter gives up: drop its ticket and pass any free permits to the next waiters.
 -- ARGV: identifier, limit. KEYS[8]: the waiter's own wake-up list.
--- Returns {1, [wake TTL ms, id, ...]}: the waiters whose wake-ups the caller pushes.
+-- A waiter that a release granted its permits (direct grant) without its
+-- knowing gives them back too: it never got its lease.
+-- Returns {1, [wake TTL ms, id, grant, ...]}: the waiters whose grants the
+-- caller pushes (wake.lua).
 local id = ARGV[1]
-local now = server_ms()
+local now, clock = server_ms()
 local rec = redis.call('HGET', KEYS[6], id)
 if rec then
   local number, permits = string.match(rec, '^(%d+):(%d+):')
@@ -11,9 +14,13 @@ if rec then
     redis.call('ZREM', KEYS[4], member)
     redis.call('ZREM', KEYS[5], member)
   end
-  redis.call('HDEL', KEYS[6], id)
+  redis.call('HDEL', KEYS[6], id, '@' .. id)
+end
+if redis.call('ZREM', KEYS[1], id) == 1 then
+  redis.call('ZREM', KEYS[2], id)
+  drop_record(id)
 end
 redis.call('DEL', KEYS[8])
 local out = {1}
-wake(now, tonumber(ARGV[2]), out)
+wake(now, clock, tonumber(ARGV[2]), out)
 return out

@@ -37,74 +37,11 @@ local watermark = tonumber(head[4] or '')
 -- `expires`) is written; `fresh`: the timeouts ZSET was empty before it (so
 -- it and the owners ZSET were just created, without a TTL).
 local function grant(expires, fresh, over)
-  local taken = ''
-  local new_bitmap = false
-  if numbered then
-    -- The lowest free slot numbers: below the limit in force, since fewer
-    -- than `limit` permits are held (slots of holders above a lowered limit
-    -- stay theirs). BITPOS from the byte of the last slot taken: O(LIMIT / 64)
-    -- in all. (SETBIT per slot: cheaper than one BITFIELD for a few.)
-    new_bitmap = redis.call('EXISTS', KEYS[7]) == 0
-    local pos = redis.call('BITPOS', KEYS[7], 0)
-    redis.call('SETBIT', KEYS[7], pos, 1)
-    taken = tostring(pos)
-    if permits > 1 then
-      -- Joined once at the end: appending to a string per permit is quadratic
-      -- (16,000 permits took 1.9 s of the server's time).
-      local list = {taken}
-      for i = 2, permits do
-        pos = redis.call('BITPOS', KEYS[7], 0, math.floor(pos / 8))
-        redis.call('SETBIT', KEYS[7], pos, 1)
-        list[i] = pos
-      end
-      taken = table.concat(list, ',')
-    end
-  end
-  -- The fair counter: the next token is the larger of the last token + 1
-  -- and the server time in microseconds. Tokens keep increasing across idle
-  -- periods in which the keys expired, and across a failover to a replica
-  -- that had not yet received the last tokens (as long as the servers'
-  -- clocks agree to within the failover time). Returned as a string to stay
-  -- exact; past 2^53 the server's integer arithmetic takes over.
-  local n = tonumber(head[1] or '') or 0
-  local token
-  if n >= 9007199254740991 then
-    redis.call('HINCRBY', KEYS[3], '#', 1)
-    token = redis.call('HGET', KEYS[3], '#')
-  else
-    local micros = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-    if micros > n then n = micros else n = n + 1 end
-    token = string.format('%.0f', n)
-  end
-  local keep = next_watermark(now, expires, lease, watermark)
-  local fields = {'#', token, id, token .. ':' .. now .. ':' .. ARGV[4]}
-  if permits > 1 then
-    extra = extra + permits - 1
-    fields[5] = '*' .. id
-    fields[6] = permits
-    fields[7] = '+'
-    fields[8] = extra
-  end
-  if numbered then
-    fields[#fields + 1] = '@' .. id
-    fields[#fields + 1] = taken
-  end
-  if keep then
-    fields[#fields + 1] = 'e'
-    fields[#fields + 1] = keep
-  end
-  redis.call('HSET', KEYS[3], unpack(fields))
-  redis.call('ZADD', KEYS[2], token, id)
-  if keep then
-    keep_until(keep)
-  else
-    -- The watermark holds: only keys created now lack their TTL.
-    if fresh then
-      redis.call('PEXPIREAT', KEYS[1], watermark)
-      redis.call('PEXPIREAT', KEYS[2], watermark)
-    end
-    if new_bitmap then redis.call('PEXPIREAT', KEYS[7], watermark) end
-  end
+  local st = {
+    counter = head[1], extra = extra, watermark = watermark, fresh = fresh,
+    now = now, clock = clock, numbered = numbered,
+  }
+  local token, taken = hold(st, id, permits, expires, lease, ARGV[4])
   return {1, token, now, expires, over, taken}
 end
 
@@ -145,6 +82,16 @@ local function held_again()
   end
 end
 
+-- A waiter granted its permits by a release (direct grant) whose wake-up it
+-- missed gets them here: it is a holder already, no longer in the queue.
+if ticket > 0 then
+  local again = held_again()
+  if again then
+    if KEYS[8] then redis.call('DEL', KEYS[8]) end
+    return again
+  end
+end
+
 local waiting = purge_waiters(now)
 local ahead = 0
 local member = nil  -- this caller's queue member, once it is in the queue
@@ -164,7 +111,7 @@ if waiting > 0 then
       -- stalled past its ticket) comes back to its place: only the waiters
       -- served before it are ahead of it.
       redis.call('ZADD', KEYS[4], -priority, member)
-      redis.call('HSET', KEYS[6], id, number .. ':' .. permits .. ':' .. ARGV[4])
+      redis.call('HSET', KEYS[6], id, number .. ':' .. permits .. ':' .. ARGV[4], '@' .. id, numbered and '1' or '')
       ranked = redis.call('ZRANK', KEYS[4], member)
     end
     ahead = ranked
@@ -231,7 +178,7 @@ if fits or over == 1 then
   if member then
     redis.call('ZREM', KEYS[4], member)
     redis.call('ZREM', KEYS[5], member)
-    redis.call('HDEL', KEYS[6], id)
+    redis.call('HDEL', KEYS[6], id, '@' .. id)
     -- A wake-up pushed to this waiter and not read any more.
     if KEYS[8] then redis.call('DEL', KEYS[8]) end
   end
@@ -252,7 +199,7 @@ local out = {0, 0, ahead, 0, '', 0}
 -- lease expired, which wakes nobody; or a woken waiter never came): wake
 -- those waiters, so that a dead one among them is dropped after its claim
 -- window instead of holding up this caller until its ticket runs out.
-if used < limit and waiting > 0 then wake_first(now, limit - used, out) end
+if used < limit and waiting > 0 then grant_first(now, clock, limit - used, out) end
 
 if ticket > 0 and not member and cap and waiting >= cap then
   -- MAX_WAITERS wait already: refused at once, not queued.
@@ -265,7 +212,8 @@ if ticket > 0 then
     number = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
     member = number .. ':' .. permits .. ':' .. id
     redis.call('ZADD', KEYS[4], -priority, member)
-    redis.call('HSET', KEYS[6], id, number .. ':' .. permits .. ':' .. ARGV[4])
+    -- "@": whether a direct grant gives it slot numbers (SLOTS).
+    redis.call('HSET', KEYS[6], id, number .. ':' .. permits .. ':' .. ARGV[4], '@' .. id, numbered and '1' or '')
     out[5] = number
   end
   redis.call('ZADD', KEYS[5], now + ticket, member)

@@ -29,6 +29,6 @@ if not found[3] then return {live and 1 or 0} end
 
 -- (the rest of the script)
 local out = {live and 1 or 0}
-wake(now, tonumber(ARGV[2]), out)
+wake(now, clock, tonumber(ARGV[2]), out)
 if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('HDEL', KEYS[3], 'w') end
 return out

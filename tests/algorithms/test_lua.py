@@ -180,10 +180,10 @@ def declared(raw_redis, redis_url):
 def test_every_key_a_script_touches_is_declared(declared, raw_redis):
     keys = Semaphore("declared", limit=2).partition()
     check = declared.run
-    # Grants, a refusal, two waiters, an acquire-side wake-up (a lease that
-    # expired), a release that wakes a waiter, a waiter's grant, a refresh,
-    # an abandon that passes the slot on, a lost refresh, a dropped waiter
-    # coming back to its place, and the readers.
+    # Grants, a refusal, two waiters, an acquire-side grant to a waiter (a
+    # lease that expired), a release that grants a waiter its slot, a waiter
+    # finding its grant, a refresh, an abandon that gives a grant back, a lost
+    # refresh, a dropped waiter coming back to its place, and the readers.
     h1 = check(LUA.acquire(keys, 2, 30000, "h1", "{}"))
     assert isinstance(h1, Granted)
     short = check(LUA.acquire(keys, 2, 200, "h2", "{}"))
@@ -192,11 +192,13 @@ def test_every_key_a_script_touches_is_declared(declared, raw_redis):
     assert isinstance(check(LUA.acquire(keys, 2, 30000, "w2", "{}", TICKET_MS)), Refused)
     assert isinstance(check(LUA.acquire(keys, 2, 30000, "nowait", "{}")), Refused)
     wait_until(lambda: _server_ms(raw_redis) > short.expires_ms, message="h2 expired")
-    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w2", "{}", TICKET_MS)), Refused)  # wakes w1
-    assert raw_redis.lrange(keys.wake("w1"), 0, -1) == [b"1"]
-    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w1", "{}", TICKET_MS)), Granted)
-    assert check(LUA.release(keys, 2, "h1", h1.acquired_ms)) is True  # wakes w2
-    assert raw_redis.lrange(keys.wake("w2"), 0, -1) == [b"1"]
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w2", "{}", TICKET_MS)), Refused)  # grants w1
+    (grant,) = raw_redis.lrange(keys.wake("w1"), 0, -1)
+    assert LUA.grant_from(grant, 1, False) is not None  # "token:acquired_ms:expires_ms:slots"
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w1", "{}", TICKET_MS)), Granted)  # already its
+    assert check(LUA.release(keys, 2, "h1", h1.acquired_ms)) is True  # grants w2
+    (grant,) = raw_redis.lrange(keys.wake("w2"), 0, -1)
+    assert LUA.grant_from(grant, 1, False) is not None
     assert check(LUA.refresh(keys, 30000, "w1"))
     check(LUA.abandon(keys, 2, "w2"))
     assert check(LUA.refresh(keys, 30000, "h2")) is None
@@ -216,8 +218,10 @@ def test_every_key_a_script_touches_is_declared(declared, raw_redis):
     assert isinstance(back, Refused) and back.ahead == 0
     assert [m.rsplit(b":", 1)[1] for m in raw_redis.zrange(keys.queue, 0, -1)] == [b"w3", b"w4"]
     drop_w3()
-    assert check(LUA.release(keys, 2, "h3")) is True  # wakes w4, the only one queued
-    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket)), Granted)
+    assert check(LUA.release(keys, 2, "h3")) is True  # grants w4, the only one queued
+    back = check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket))
+    assert isinstance(back, Refused) and back.ahead == 0  # first in line again, behind no one
+    check(LUA.abandon(keys, 2, "w3"))
     check(status(keys, LUA, 2, 30))
     check(holders(keys, LUA))
     check(purge(keys, LUA))
