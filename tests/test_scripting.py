@@ -76,7 +76,7 @@ def test_each_script_carries_only_the_prelude_definitions_it_uses():
     """Redis runs a script's whole source per call: unused prelude functions would cost
     a closure each.  The split keeps every line of _lib.lua, and the definitions a script
     uses only through another one (release -> wake -> grant_first) come along, in order."""
-    from django_semaphore.scripting import LuaScript, _read, split_prelude
+    from django_semaphore.scripting import REST, LuaScript, _read, split_prelude
 
     lib = _read("_lib.lua")
     header, definitions = split_prelude(lib)
@@ -88,8 +88,14 @@ def test_each_script_carries_only_the_prelude_definitions_it_uses():
     for needed in ("local function wake(", "local function grant_first(", "local function record_hold("):
         assert needed in release
     assert release.index("local function grant_first(") < release.index("local function wake(")
-    assert "local function next_watermark(" not in release
     assert "local function hold_estimate(" not in release
+    # The common release (nobody waiting) returns before the definitions only the
+    # direct grant needs: it creates no closure for them.
+    common, rest = release.split(REST)
+    for later in ("local function grant_first(", "local function hold(", "local function next_watermark("):
+        assert later not in common and later in rest
+    acquire_common = LuaScript("acquire").source.split(REST)[0]
+    assert "local function purge_waiters(" not in acquire_common and "local function hold(" in acquire_common
     # A script using nothing of the prelude gets its header only.
     assert LuaScript("unlock").source.startswith(header)
     assert "local function" not in LuaScript("unlock").source[len(header) :].split("\n", 1)[0]

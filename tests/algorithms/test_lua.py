@@ -11,6 +11,8 @@
 """
 
 import asyncio
+import datetime
+import json
 import math
 import threading
 import time
@@ -396,3 +398,51 @@ def test_the_waiters_flag_follows_the_queue(raw_redis):
     assert raw_redis.hget(keys.holds, "w") is None  # the queue is empty again
     assert lease.release() is True
     assert sem.acquire() is not None  # the common path again
+
+
+# -- direct grant: a release hands the freed permits to the head of the queue ------------
+
+
+def test_a_release_grants_the_head_waiters_in_queue_order_inside_the_script(raw_redis):
+    keys = Semaphore("direct", limit=2).partition()
+    check = lambda op: run(connection.get_client(), op)  # noqa: E731
+    first = check(LUA.acquire(keys, 2, 30000, "h1", "{}"))
+    second = check(LUA.acquire(keys, 2, 30000, "h2", "{}"))
+    for waiter in ("w1", "w2", "w3"):
+        assert isinstance(
+            check(LUA.acquire(keys, 2, 30000, waiter, json.dumps({"who": waiter}), TICKET_MS)), Refused
+        )
+    assert check(LUA.release(keys, 2, "h1", first.acquired_ms)) is True
+    assert check(LUA.release(keys, 2, "h2", second.acquired_ms)) is True
+    # Before either waiter runs again, both are holders, with tokens in queue order, and
+    # their grants wait in their wake-up lists; w3 still queues.
+    held = check(holders(keys, LUA))
+    assert [h.identifier for h in held] == ["w1", "w2"]
+    assert held[0].token < held[1].token and held[0].meta == {"who": "w1"}
+    assert held[0].expires_at < held[0].acquired_at + datetime.timedelta(seconds=1)  # a claim lease
+    grants = [LUA.grant_from(raw_redis.lindex(keys.wake(w), 0), 1, False) for w in ("w1", "w2")]
+    assert [g.token for g in grants] == [h.token for h in held]
+    assert [m.rsplit(b":", 1)[1] for m in raw_redis.zrange(keys.queue, 0, -1)] == [b"w3"]
+    # w2 gives up without ever seeing its grant: it goes to w3.
+    check(LUA.abandon(keys, 2, "w2"))
+    assert [h.identifier for h in check(holders(keys, LUA))] == ["w1", "w3"]
+    assert raw_redis.exists(keys.wake("w2")) == 0 and raw_redis.zcard(keys.queue) == 0
+
+
+def test_a_granted_waiter_holds_its_own_timeout_after_one_refresh():
+    sem = Semaphore("direct-claim", limit=1, timeout=30)
+    held = sem.acquire()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(sem.acquire(wait=10)))
+    waiter.start()
+    wait_until(lambda: len(sem.waiters()) == 1, 5, message="queued")
+    ticket = sem.waiters()[0].since
+    assert held.release() is True
+    waiter.join(10)
+    (lease,) = got
+    assert lease is not None and lease.ticket  # granted from the queue
+    assert lease.expires_ms - lease.acquired_ms > 25_000  # its own TIMEOUT, not the 0.5 s claim
+    (holder,) = sem.holders()
+    assert holder.identifier == lease.identifier and holder.acquired_at >= ticket
+    time.sleep(0.6)  # past the claim lease: still held
+    assert lease.refresh() is True and lease.release() is True
