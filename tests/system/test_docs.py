@@ -404,6 +404,12 @@ def restored_globals():
             signal.sender_receivers_cache.clear()
     admin.site._registry.clear()
     admin.site._registry.update(registry)
+    # An example that touched the database (the admin's LogEntry) leaves its connection
+    # open: closed here, while this test may still use it, so that a later test without
+    # database access does not meet it in request_finished's close_old_connections.
+    from django.db import connections
+
+    connections.close_all()
 
 
 @pytest.mark.django_db
