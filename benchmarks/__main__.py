@@ -122,6 +122,7 @@ def main(argv=None):
         say("Redis-side cost (INFO commandstats)")
         results["rediscost"] = rediscost.measure(rounds=60 if quick else 200)
         results["cost_per_cycle"] = rediscost.per_cycle(rounds=30 if quick else 100)
+        results["minimal_bound"] = rediscost.minimal_bound(rounds=8 if quick else 20)
         say("each option's cost per cycle, paired with a plain semaphore")
         results["options"] = option_costs.measure(rounds=20 if quick else 60)
         say("CPU per cycle: server (INFO cpu) and client (process_time), ours vs seed vs peers")

@@ -140,3 +140,62 @@ def per_cycle(rounds=100):
     result["lua weighted"] = median([w for _, w in pairs])
     result["weighted_ratio"] = median([w / p for p, w in pairs if p])
     return result
+
+
+# The same calls as our common acquire and release (issue 23), with nothing
+# around them: what the calls and the two EVALSHA with a partition's 7 keys
+# cost by themselves, the floor any Lua of ours could reach.
+MINIMAL_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HMGET', KEYS[3], '#', '+', 'w', 'e')
+redis.call('ZCARD', KEYS[1])
+local expires = now + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'NX', expires, ARGV[3])
+local token = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+redis.call('HSET', KEYS[3], '#', token, ARGV[3], token .. ':' .. now .. ':' .. ARGV[4])
+redis.call('ZADD', KEYS[2], token, ARGV[3])
+return {1, token, now, expires, 0, ''}
+"""
+MINIMAL_RELEASE = """
+redis.call('TIME')
+redis.call('ZSCORE', KEYS[1], ARGV[1])
+redis.call('HMGET', KEYS[3], '*' .. ARGV[1], '@' .. ARGV[1], 'w', '%')
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1], '*' .. ARGV[1], '@' .. ARGV[1])
+return {1}
+"""
+
+
+def minimal_bound(rounds=20, cycles=200):
+    """Server usec per uncontended cycle of our two scripts and of MINIMAL_ACQUIRE /
+    MINIMAL_RELEASE (the same calls, keys and arguments), in alternating batches."""
+    from django_semaphore.algorithms.lua import ACQUIRE, RELEASE
+
+    client = connection.get_client()
+    keys = Semaphore(f"minimal-{uuid.uuid4().hex[:6]}", limit=20, timeout=60).partition().main
+    pairs = {
+        "ours": (client.script_load(ACQUIRE.source), client.script_load(RELEASE.source)),
+        "minimal": (client.script_load(MINIMAL_ACQUIRE), client.script_load(MINIMAL_RELEASE)),
+    }
+    meta = '{"host":"bench","pid":1}'
+
+    def batch(name):
+        acquire, release = pairs[name]
+        ids = [uuid.uuid4().hex for _ in range(cycles)]
+        before = _usec(client)
+        for identifier in ids:
+            granted = client.evalsha(acquire, len(keys), *keys, 20, 60000, identifier, meta, 0, "")
+            client.evalsha(release, len(keys), *keys, identifier, 20, granted[2])
+        return _delta(_usec(client), before, "evalsha")[0] / cycles
+
+    for name in pairs:  # warm-up: the HASH and its watermark exist
+        batch(name)
+    figures = {"ours": [], "minimal": []}
+    for r in range(rounds):
+        for name in ("ours", "minimal") if r % 2 else ("minimal", "ours"):
+            figures[name].append(batch(name))
+    result = {name: median(values) for name, values in figures.items()}
+    result["ratio"] = median([o / m for o, m in zip(figures["ours"], figures["minimal"], strict=True) if m])
+    return result

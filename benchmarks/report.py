@@ -109,6 +109,14 @@ def table(r, targets):
             "",
             f"<= {t} x: {_verdict(x <= t)}",
         )
+    if "minimal_bound" in r:
+        b = r["minimal_bound"]
+        add(
+            "Redis usec/cycle",
+            "our 2 scripts / the same 12 calls in minimal Lua (the floor of the calls)",
+            f"{b['ours']:.1f} / {b['minimal']:.1f}",
+            f"{b['ratio']:.2f} x",
+        )
     if "options" in r:
         _option_rows(r["options"], add)
     if "cpu" in r:
