@@ -374,7 +374,9 @@ def test_an_acks_late_task_whose_run_was_killed_runs_again(app, worker, raw_redi
     held = _hold(app.JOBS, app.LIMIT)
     (result,) = _park(app, app.late_job, ["k1"])
     _give_back(held[0])
-    wait_until(lambda: raw_redis.llen(rec("pids:k1")) == 1, 20, message="k1 started")
+    # The task records its pid, then its start: wait for both before killing it.
+    started = lambda: raw_redis.llen(rec("pids:k1")) == 1 and _starts_with_tokens(raw_redis, rec)  # noqa: E731
+    wait_until(started, 20, message="k1 started")
     first_token = _starts_with_tokens(raw_redis, rec)[0][4]
     os.kill(int(raw_redis.lindex(rec("pids:k1"), 0)), signal.SIGKILL)
     t0 = time.monotonic()
