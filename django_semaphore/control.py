@@ -272,7 +272,7 @@ class Cache:
 
     def store(self, prefix: str, snapshot: Snapshot, generation: int | None = None) -> None:
         """Replace the overrides and adaptive limits of ``prefix`` (unless the cache was
-        cleared since ``generation``)."""
+        cleared or changed by this process since ``generation``: the snapshot may be older)."""
         self._check_fork()
         with self._lock:
             if generation is not None and generation != self._generation:
@@ -289,6 +289,9 @@ class Cache:
         """Apply one change this process made (the next poll confirms it)."""
         self._check_fork()
         with self._lock:
+            # A poll that read Redis before this change must not store its older
+            # snapshot over it: the generation moves, so that poll's store is skipped.
+            self._generation += 1
             table = self._tables.get(prefix)
             if table is None or not table.read:
                 return  # read whole at the next use
