@@ -373,6 +373,19 @@ ENGINE_GOALS = {
 }
 
 
+def _server_cpu_goals(c, number, target):
+    """Goal rows: the server CPU above a PING pair against the seed's, per holder count."""
+    return [
+        (
+            f"{number} server CPU above PING pair, {holders:,} holder{'s' if holders != 1 else ''}",
+            f"{x:.2f} x seed",
+            f"<= {target} x",
+            _goal(x <= target),
+        )
+        for holders, x in c["server_vs_seed"].items()
+    ]
+
+
 def engine_goals(r):
     """Issue 23's goals block: (goal, measured, target, met) rows."""
     rows = []
@@ -393,16 +406,7 @@ def engine_goals(r):
         )
     if "cpu" in r:
         c = r["cpu"]
-        t = ENGINE_GOALS["server_cpu_vs_seed"]
-        for holders, x in c["server_vs_seed"].items():
-            rows.append(
-                (
-                    f"1 server CPU above PING pair, {holders:,} holder{'s' if holders != 1 else ''}",
-                    f"{x:.2f} x seed",
-                    f"<= {t} x",
-                    _goal(x <= t),
-                )
-            )
+        rows.extend(_server_cpu_goals(c, "1", ENGINE_GOALS["server_cpu_vs_seed"]))
         t = ENGINE_GOALS["client_cpu_vs_seed"]
         rows.append(
             (
@@ -527,16 +531,7 @@ def goals(r):
         rows.append(("1 ahead of redis-semaphore", f"skipped: {node['skipped']}", "ours higher", "-"))
     if "cpu" in r:
         c = r["cpu"]
-        t = GOALS["server_cpu_vs_seed"]
-        for holders, x in c["server_vs_seed"].items():
-            rows.append(
-                (
-                    f"2 server CPU above PING pair, {holders:,} holder{'s' if holders != 1 else ''}",
-                    f"{x:.2f} x seed",
-                    f"<= {t} x",
-                    _goal(x <= t),
-                )
-            )
+        rows.extend(_server_cpu_goals(c, "2", GOALS["server_cpu_vs_seed"]))
         t = GOALS["server_cpu_flat"]
         counts = c["holder_counts"]
         rows.append(
