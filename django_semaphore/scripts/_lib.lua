@@ -1,5 +1,8 @@
 -- Shared prelude, prepended to every script.
--- KEYS[1] timeouts ZSET (id -> expiry ms), KEYS[2] owners ZSET (id -> token),
+-- KEYS[1] timeouts ZSET (id -> expiry ms),
+-- KEYS[2] owners ZSET (id -> token): the seed variants' only; the "lua"
+--         engine keeps each holder's token in its record and leaves this key
+--         unwritten (one call less per acquire and per release),
 -- KEYS[3] holds HASH: id -> "token:acquired_ms:meta" (the holder's record),
 --         "*" .. id -> the holder's permits, when more than one,
 --         "@" .. id -> the holder's slot numbers "3,5" (SLOTS only),
@@ -8,7 +11,7 @@
 --                permits held = ZCARD of the timeouts ZSET + this),
 --         "w" -> "1" while the queue may hold waiters (absent: it holds none,
 --                so the common acquire and release never look at the queue),
---         "e" -> the TTL watermark: KEYS[1], KEYS[2], KEYS[3] and KEYS[7]
+--         "e" -> the TTL watermark: KEYS[1], KEYS[3] and KEYS[7]
 --                live at least until this server time (ms),
 --         "%" -> recent hold times, see record_hold,
 -- KEYS[4] queue ZSET (member "ticket:permits:id" -> -priority: ZRANGE is the
@@ -100,13 +103,13 @@ local function drop_record(id)
   drop_records({id})
 end
 
--- The holder keys (KEYS[1], KEYS[2], KEYS[3], KEYS[7]) outlive the latest
+-- The holder keys (KEYS[1], KEYS[3], KEYS[7]) outlive the latest
 -- expiry they hold by one second: the "e" field of the holds HASH says until
 -- when they live at least (an absolute server time), so the common call reads
 -- it with the rest and writes nothing. When a new expiry would outlive it, the
 -- watermark moves to that expiry + 1 s + one lease more (so this happens about
 -- once per lease, and a partition nobody uses is gone within 2 x lease + 1 s)
--- and the four keys get it with PEXPIREAT, which never shortens a TTL set the
+-- and the three keys get it with PEXPIREAT, which never shortens a TTL set the
 -- same way (the watermark only grows while the HASH lives) and works on Redis 6.2.
 -- `watermark`: the "e" read (nil: the HASH was just (re)created, so the other
 -- keys' TTLs are not known: the new one is at least the longest of them).
@@ -116,7 +119,7 @@ local function next_watermark(now, expires, lease, watermark)
   if watermark and watermark >= need then return nil end
   local target = need + lease
   if watermark then return math.max(target, watermark) end
-  for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[7]}) do
+  for _, key in ipairs({KEYS[1], KEYS[3], KEYS[7]}) do
     local ttl = redis.call('PTTL', key)
     if ttl > 0 and now + ttl > target then target = now + ttl end
   end
@@ -126,7 +129,6 @@ end
 -- Give the holder keys the watermark `at` (after the HASH was written).
 local function keep_until(at)
   redis.call('PEXPIREAT', KEYS[1], at)
-  redis.call('PEXPIREAT', KEYS[2], at)
   redis.call('PEXPIREAT', KEYS[3], at)
   redis.call('PEXPIREAT', KEYS[7], at)
 end
@@ -144,7 +146,7 @@ end
 
 -- Make `id`, whose timeouts entry (until `expires`, a lease of `lease` ms) is
 -- written, a holder of `permits`: its slot numbers when `st.numbered`, its
--- fair token, its record (`meta` json), its owners entry, the weighted count
+-- fair token, its record (`meta` json), the weighted count
 -- and the keys' TTLs. `st` (grant_state) is kept up to date for the next
 -- grant of the same script. Returns the token and the slots ("3,5" or '').
 local function hold(st, id, permits, expires, lease, meta)
@@ -206,16 +208,12 @@ local function hold(st, id, permits, expires, lease, meta)
     fields[#fields + 1] = keep
   end
   redis.call('HSET', KEYS[3], unpack(fields))
-  redis.call('ZADD', KEYS[2], token, id)
   if keep then
     keep_until(keep)
     st.watermark = keep
   else
     -- The watermark holds: only keys created now lack their TTL.
-    if st.fresh then
-      redis.call('PEXPIREAT', KEYS[1], st.watermark)
-      redis.call('PEXPIREAT', KEYS[2], st.watermark)
-    end
+    if st.fresh then redis.call('PEXPIREAT', KEYS[1], st.watermark) end
     if new_bitmap then redis.call('PEXPIREAT', KEYS[7], st.watermark) end
   end
   st.fresh = false
@@ -223,11 +221,13 @@ local function hold(st, id, permits, expires, lease, meta)
 end
 
 -- Remove up to `n` (<= 1000) holders whose lease ended at or before `now`; return how many.
-local function purge_holders(now, n)
+-- `owners`: their entries in the owners ZSET go too (purge.lua, which serves
+-- the seed variants as well; the "lua" engine writes no owners entries).
+local function purge_holders(now, n, owners)
   local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, n)
   if #gone > 0 then
     redis.call('ZREM', KEYS[1], unpack(gone))
-    redis.call('ZREM', KEYS[2], unpack(gone))
+    if owners then redis.call('ZREM', KEYS[2], unpack(gone)) end
     drop_records(gone)
   end
   return #gone

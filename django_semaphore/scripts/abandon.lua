@@ -16,10 +16,7 @@ if rec then
   end
   redis.call('HDEL', KEYS[6], id, '@' .. id)
 end
-if redis.call('ZREM', KEYS[1], id) == 1 then
-  redis.call('ZREM', KEYS[2], id)
-  drop_record(id)
-end
+if redis.call('ZREM', KEYS[1], id) == 1 then drop_record(id) end
 redis.call('DEL', KEYS[8])
 local out = {1}
 wake(now, clock, tonumber(ARGV[2]), out)

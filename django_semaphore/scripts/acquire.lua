@@ -35,7 +35,7 @@ local watermark = tonumber(head[4] or '')
 
 -- Grant the permits to this caller, whose timeouts entry (expiring at
 -- `expires`) is written; `fresh`: the timeouts ZSET was empty before it (so
--- it and the owners ZSET were just created, without a TTL).
+-- it was just created, without a TTL).
 local function grant(expires, fresh, over)
   local st = {
     counter = head[1], extra = extra, watermark = watermark, fresh = fresh,

@@ -1,4 +1,4 @@
--- Remove every expired holder (and owner entries and records without a live lease).
+-- Remove every expired holder (and owners entries and records without a live lease).
 -- ARGV[1]: "1" to only count (dry run).
 -- ARGV[2]: the client's now in ms for the variants that write expiries on the
 --          client's clock ('' : the server's TIME): an entry is judged by the
@@ -21,15 +21,25 @@ if dry then
 else
   local n
   repeat
-    n = purge_holders(now, 1000)
+    n = purge_holders(now, 1000, true)
     removed = removed + n
   until n < 1000
 end
--- Owner entries with no lease (left by an interrupted operation).
+-- Entries with no lease (left by an interrupted operation): owners entries
+-- of the seed variants, and holder records (fields whose value is
+-- "token:acquired:meta") that no timeouts entry backs.
 local orphans = {}
-for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+local seen = {}
+local function orphan(id)
+  if seen[id] then return end
+  seen[id] = true
   local expiry = redis.call('ZSCORE', KEYS[1], id)
   if not expiry or (not dry and tonumber(expiry) <= now) then orphans[#orphans + 1] = id end
+end
+for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do orphan(id) end
+local fields = redis.call('HGETALL', KEYS[3])
+for i = 1, #fields, 2 do
+  if string.find(fields[i + 1], '^%d+:%d+:') then orphan(fields[i]) end
 end
 if #orphans > 0 and not dry then
   for i = 1, #orphans, 1000 do

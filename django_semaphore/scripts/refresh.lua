@@ -5,7 +5,6 @@ local now = server_ms()
 local expiry = redis.call('ZSCORE', KEYS[1], id)
 if not expiry or tonumber(expiry) <= now then
   redis.call('ZREM', KEYS[1], id)
-  redis.call('ZREM', KEYS[2], id)
   drop_record(id)
   return 0
 end

@@ -2,9 +2,10 @@
 -- granted (server ms, to record the hold time; '': record nothing).
 -- Returns {1 if the identifier still held a live lease else 0, [wake TTL ms, id, ...]}:
 -- the waiters whose wake-ups the caller pushes (wake.lua).
--- The common case (one permit, no slot numbers, nobody waiting) is six
+-- The common case (one permit, no slot numbers, nobody waiting) is five
 -- calls: TIME, ZSCORE, one HMGET (the holder's permits and slots, the waiters
--- flag, the hold count), ZREM, ZREM, HDEL.
+-- flag, the hold count), ZREM, HDEL (the token lives in the record: there is
+-- no owners entry to remove).
 local id = ARGV[1]
 local acquired = tonumber(ARGV[3] or '')
 local now, clock = server_ms()
@@ -12,7 +13,6 @@ local expiry = redis.call('ZSCORE', KEYS[1], id)
 local live = expiry and tonumber(expiry) > now
 local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD)
 redis.call('ZREM', KEYS[1], id)
-redis.call('ZREM', KEYS[2], id)
 local had = redis.call('HDEL', KEYS[3], id, '*' .. id, '@' .. id)
 if found[1] then redis.call('HINCRBY', KEYS[3], '+', 1 - permits_of(found[1])) end
 if found[2] and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(found[2]) end

@@ -70,7 +70,8 @@ def test_a_long_timeout_holder_keeps_its_slot_while_short_timeout_callers_churn(
         assert lease.release() is True
     holders = long_sem.holders()
     assert [h.identifier for h in holders] == [long_lease.identifier]
-    for name in (*keys.main[:3], keys.slots) if slots else keys.main[:3]:  # (the bitmap: SLOTS only)
+    held = (keys.timeouts, keys.holds)  # (no owners ZSET: the token lives in the record)
+    for name in (*held, keys.slots) if slots else held:  # (the bitmap: SLOTS only)
         assert raw_redis.pttl(name) >= long_lease.expires_ms - _server_ms(raw_redis) + 1000 - 5, name
     assert long_sem.acquire() is not None
     assert short_sem.acquire() is None
@@ -102,7 +103,7 @@ def test_a_re_created_key_never_shortens_the_others_ttl(raw_redis):
     keys = long_sem.partition()
     long_lease = long_sem.acquire()
     raw_redis.delete(keys.holds)
-    names = [keys.timeouts, keys.owners]
+    names = [keys.timeouts]
     before = _pttls(raw_redis, names)
     started = time.monotonic()
     assert Semaphore("mixed-evicted", limit=3, timeout=SHORT).acquire() is not None
@@ -447,3 +448,36 @@ def test_a_granted_waiter_holds_its_own_timeout_after_one_refresh():
     assert holder.acquired_at >= ticket.replace(microsecond=ticket.microsecond // 1000 * 1000)  # ms vs µs
     time.sleep(0.6)  # past the claim lease: still held
     assert lease.refresh() is True and lease.release() is True
+
+
+def test_a_holder_record_no_lease_backs_is_purged_with_its_weighted_permits(raw_redis):
+    # The "lua" engine keeps each holder's token in its record (no owners
+    # ZSET). A record that no timeouts entry backs (a script stopped by an
+    # error between its writes) is found by the purge from the records
+    # themselves, and its extra permits leave the weighted count.
+    sem = Semaphore("orphan-record", limit=5, timeout=30)
+    live = sem.acquire(permits=2)
+    assert live is not None
+    keys = sem.partition()
+    raw_redis.hset(keys.holds, mapping={"ghost": "1:1:{}", "*ghost": 2})
+    raw_redis.hincrby(keys.holds, "+", 1)
+    assert sem.available() == 2  # the ghost's permit beyond its first counts until purged
+    assert sem.purge_expired(dry_run=True) == 1
+    assert raw_redis.hexists(keys.holds, "ghost")
+    assert sem.purge_expired() == 1
+    assert not raw_redis.hexists(keys.holds, "ghost") and not raw_redis.hexists(keys.holds, "*ghost")
+    assert sem.available() == 3
+    assert [h.identifier for h in sem.holders()] == [live.identifier]
+    assert sem.purge_expired() == 0 and live.release() is True
+
+
+def test_holders_are_listed_in_grant_order_whatever_their_expiry(raw_redis):
+    # Listed from the timeouts ZSET (by expiry) and sorted by token: the
+    # order they were granted in, as the owners ZSET gave it before.
+    sem = Semaphore("listed", limit=3, timeout=30)
+    first = sem.acquire()
+    second = sem.acquire()
+    third = sem.acquire()
+    assert first and second and third
+    assert second.refresh() is True and first.refresh() is True  # expiry order: third, second, first
+    assert [h.identifier for h in sem.holders()] == [first.identifier, second.identifier, third.identifier]

@@ -117,7 +117,7 @@ def test_semaphores_spread_across_primaries(cluster_client, backend):
     assert all(leases)
     for lease in leases:
         node = cluster_client.get_node_from_key(lease.keys.timeouts)
-        assert node.redis_connection.exists(*lease.keys.main[:3]) == 3
+        assert node.redis_connection.exists(lease.keys.timeouts, lease.keys.holds) == 2
     used = {cluster_client.get_node_from_key(lease.keys.timeouts).port for lease in leases}
     assert used == {node.port for node in cluster_client.get_primaries()}
 
