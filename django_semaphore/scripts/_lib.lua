@@ -14,6 +14,8 @@
 --         "e" -> the TTL watermark: KEYS[1], KEYS[3] and KEYS[7]
 --                live at least until this server time (ms),
 --         "%" -> recent hold times, see record_hold,
+--         "r" -> when a caller was last refused (server ms): releases record
+--                their hold times for SAMPLE_MS after it (see HOLD_FIRST),
 -- KEYS[4] queue ZSET (member "ticket:permits:id" -> -priority: ZRANGE is the
 --         serving order, priority first, then the ticket number: members of
 --         one score sort as strings, and ticket numbers all have the same
@@ -44,8 +46,14 @@ local HOLDS_FIELD = '%'
 local HOLD_SCALE = 1024
 local HOLD_SAMPLES = 32
 local HOLD_MAX_MS = 2147483647  -- longer holds count as this: 32 x 2^31 x 1024 < 2^53
--- A release records every hold until this many are recorded, then samples.
+-- A release records every hold until this many are recorded; after that,
+-- only while its hold times are needed: while callers wait, and for
+-- SAMPLE_MS after a caller was refused (field REFUSED_FIELD: when, server ms).
+-- Only a refused caller is told a Retry-After estimate, so a partition that
+-- never runs full records nothing more (no extra call per release).
 local HOLD_FIRST = 8
+local REFUSED_FIELD = 'r'
+local SAMPLE_MS = 60000
 
 -- The number of holds in the packed "%" field (false/nil: none).
 local function hold_count(packed)

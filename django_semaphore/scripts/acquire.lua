@@ -194,6 +194,11 @@ end
 local again = held_again()
 if again then return again end
 
+-- Refused: releases record their hold times for a while, so that this
+-- caller's successors get a Retry-After from recent holds (see HOLD_FIRST).
+-- (No "#": the HASH is gone, and a write would create it without a TTL.)
+if head[1] then redis.call('HSET', KEYS[3], REFUSED_FIELD, now) end
+
 local out = {0, 0, ahead, 0, '', 0}
 -- Free permits that waiters ahead are entitled to, with nobody taking them (a
 -- lease expired, which wakes nobody; or a woken waiter never came): wake

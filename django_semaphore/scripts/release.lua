@@ -11,18 +11,21 @@ local acquired = tonumber(ARGV[3] or '')
 local now, clock = server_ms()
 local expiry = redis.call('ZSCORE', KEYS[1], id)
 local live = expiry and tonumber(expiry) > now
-local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD)
+local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD, REFUSED_FIELD)
 redis.call('ZREM', KEYS[1], id)
 local had = redis.call('HDEL', KEYS[3], id, '*' .. id, '@' .. id)
 if found[1] then redis.call('HINCRBY', KEYS[3], '+', 1 - permits_of(found[1])) end
 if found[2] and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(found[2]) end
 -- Only a hold that ended with a release says how long the work takes (not a
--- lease that expired, nor a force-release). Sampled: every hold while callers
--- wait (their Retry-After comes from these) or while fewer than HOLD_FIRST are
--- recorded, one in four otherwise. The record was there, so the HASH still
--- exists (the "#" counter is written with every record) and the HINCRBY does
--- not create it without a TTL.
-if had > 0 and live and acquired and (found[3] or tonumber(clock[2]) % 4 == 0 or hold_count(found[4]) < HOLD_FIRST) then
+-- lease that expired, nor a force-release). Recorded while its figure is
+-- needed (see HOLD_FIRST): callers wait (their Retry-After comes from these),
+-- a caller was refused in the last SAMPLE_MS, or fewer than HOLD_FIRST are
+-- recorded. The record was there, so the HASH still exists (the "#" counter
+-- is written with every record) and the HINCRBY does not create it without a TTL.
+if had > 0 and live and acquired and (
+  found[3] or hold_count(found[4]) < HOLD_FIRST
+  or (found[5] and now - tonumber(found[5]) < SAMPLE_MS)
+) then
   record_hold(now - acquired)
 end
 if not found[3] then return {live and 1 or 0} end

@@ -481,3 +481,28 @@ def test_holders_are_listed_in_grant_order_whatever_their_expiry(raw_redis):
     assert first and second and third
     assert second.refresh() is True and first.refresh() is True  # expiry order: third, second, first
     assert [h.identifier for h in sem.holders()] == [first.identifier, second.identifier, third.identifier]
+
+
+def _holds_recorded(raw_redis, keys):
+    return int(raw_redis.hget(keys.holds, "%") or 0) % 1024  # the packed count (HOLD_SCALE)
+
+
+def test_hold_times_are_recorded_only_while_an_estimate_is_needed(raw_redis):
+    # An uncontended release records its hold time only until 8 are recorded
+    # (HOLD_FIRST): after that, nobody is told a Retry-After, and the release
+    # spends no call on it. A refusal makes the releases record again, so the
+    # refused callers' successors get an estimate from recent holds.
+    sem = Semaphore("sampled", limit=1, timeout=30)
+    keys = sem.partition()
+    for _ in range(20):
+        lease = sem.acquire()
+        assert lease is not None and lease.release() is True
+    assert _holds_recorded(raw_redis, keys) == 8
+    held = sem.acquire()
+    assert held is not None
+    assert sem.acquire() is None  # refused: the releases sample again
+    assert held.release() is True
+    for _ in range(3):
+        lease = sem.acquire()
+        assert lease is not None and lease.release() is True
+    assert _holds_recorded(raw_redis, keys) == 12
