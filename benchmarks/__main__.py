@@ -99,7 +99,7 @@ def main(argv=None):
         from .common import setup_django
 
         setup_django(server.url)
-        from django_semaphore import connection
+        from django_semaphore.backend import connection
 
         version = connection.get_client().info("server")["redis_version"]
         results = {"machine": machine(version), "quick": quick}

@@ -800,7 +800,7 @@ def main(argv=None):
             print(f"[{time.monotonic() - started:6.1f}s] {text}", file=sys.stderr, flush=True)
 
         setup_django(server.url)
-        from django_semaphore import connection
+        from django_semaphore.backend import connection
 
         version = connection.get_client().info("server")["redis_version"]
         result = measure(server.url, quick=args.quick, say=say)

@@ -19,7 +19,8 @@ PROCESSES = (1, 4, 16, 32)
 
 
 def _worker(name, algorithm, start_at, duration, out):
-    from django_semaphore import Semaphore, connection
+    from django_semaphore import Semaphore
+    from django_semaphore.backend import connection
 
     connection.reset()  # never share the parent's sockets
     sem = Semaphore(name, limit=LIMIT, timeout=10, algorithm=algorithm)
@@ -89,7 +90,8 @@ FIFO_MARGIN = 0.001  # seconds: an earlier request counts as earlier only by mor
 
 
 def _waiting_worker(kind, name, limit, start_at, duration, out):
-    from django_semaphore import Semaphore, connection
+    from django_semaphore import Semaphore
+    from django_semaphore.backend import connection
 
     from .peers import blocking_mutex
 

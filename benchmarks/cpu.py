@@ -21,7 +21,7 @@ PING pairs, the node peer (``benchmarks/node/bench.js`` "cpu").
 
 import time
 
-from django_semaphore import connection
+from django_semaphore.backend import connection
 
 from .common import median
 from .cycles import cycle, fill, semaphore, signal_receivers_off

@@ -7,8 +7,9 @@ one on the same kind of semaphore: scheduling must cost at most 1.1 x.
 import os
 import uuid
 
-from django_semaphore import Semaphore, connection
-from django_semaphore.algorithms.lua import ACQUIRE, RELEASE
+from django_semaphore import Semaphore
+from django_semaphore.backend import connection
+from django_semaphore.engine.algorithms.lua import ACQUIRE, RELEASE
 
 from .common import ALGORITHMS, interleaved, median, ratio
 from .peers import LEASE, pip_peers, seed_cycle

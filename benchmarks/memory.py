@@ -26,7 +26,8 @@ SAMPLE = 0.25  # seconds between samples
 
 
 def _abandon(name, timeout, keys, out):
-    from django_semaphore import Semaphore, connection
+    from django_semaphore import Semaphore
+    from django_semaphore.backend import connection
 
     connection.reset()  # never share the parent's sockets
     sem = Semaphore(name, limit=1, timeout=timeout)
@@ -39,7 +40,8 @@ def _abandon(name, timeout, keys, out):
 
 def run(partitions=PARTITIONS, timeout=TIMEOUT, workers=WORKERS):
     """The measurement itself, in this process (Django already set up on a server of its own)."""
-    from django_semaphore import Semaphore, connection
+    from django_semaphore import Semaphore
+    from django_semaphore.backend import connection
 
     client = connection.get_client()
 

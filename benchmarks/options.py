@@ -14,7 +14,8 @@ is priced as it is).
 
 import uuid
 
-from django_semaphore import Semaphore, connection
+from django_semaphore import Semaphore
+from django_semaphore.backend import connection
 
 from .common import median
 from .rediscost import TOP_LEVEL, _usec

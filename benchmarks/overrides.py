@@ -15,7 +15,8 @@ import uuid
 
 from redis.connection import AbstractConnection
 
-from django_semaphore import Semaphore, connection
+from django_semaphore import Semaphore
+from django_semaphore.backend import connection
 
 from .rediscost import _delta, _usec
 

@@ -49,7 +49,8 @@ if os.environ.get("BENCH_PARKING_WORKER"):  # imported by the worker: Django fir
 if AVAILABLE:
     from celery import Celery, signals
 
-    from django_semaphore import Semaphore, connection
+    from django_semaphore import Semaphore
+    from django_semaphore.backend import connection
     from django_semaphore.contrib.celery import semaphore_task
 
     app = Celery("bench_parking")

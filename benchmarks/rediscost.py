@@ -10,7 +10,8 @@ client's own speed does not enter these figures.
 import time
 import uuid
 
-from django_semaphore import Semaphore, connection
+from django_semaphore import Semaphore
+from django_semaphore.backend import connection
 
 from .common import ALGORITHMS, median
 from .cycles import WEIGHTED, fill
@@ -171,7 +172,7 @@ return {1}
 def minimal_bound(rounds=20, cycles=200):
     """Server usec per uncontended cycle of our two scripts and of MINIMAL_ACQUIRE /
     MINIMAL_RELEASE (the same calls, keys and arguments), in alternating batches."""
-    from django_semaphore.algorithms.lua import ACQUIRE, RELEASE
+    from django_semaphore.engine.algorithms.lua import ACQUIRE, RELEASE
 
     client = connection.get_client()
     keys = Semaphore(f"minimal-{uuid.uuid4().hex[:6]}", limit=20, timeout=60).partition().main

@@ -7,7 +7,8 @@ guard needs (acquire, release) and nothing else, the web floor of goal 4.
 
 from django.http import HttpResponse
 
-from django_semaphore import connection, semaphore
+from django_semaphore import semaphore
+from django_semaphore.backend import connection
 
 BODY = b"ok\n"
 

@@ -14,7 +14,8 @@ from .common import percentile
 
 
 def _waiter(name, conn):
-    from django_semaphore import Semaphore, connection
+    from django_semaphore import Semaphore
+    from django_semaphore.backend import connection
 
     connection.reset()
     sem = Semaphore(name, limit=1, timeout=10, wait=5)

@@ -24,29 +24,28 @@ from typing import TYPE_CHECKING, Any
 from .exceptions import SemaphoreBackendError, SemaphoreError, SemaphoreFull
 
 if TYPE_CHECKING:  # what the lazy imports below give, for type checkers
-    from .core import Semaphore, semaphores
-    from .decorators import semaphore
-    from .inspection import Holder
-    from .lease import Lease
+    from .engine.inspection import Holder
+    from .engine.semaphore import Lease, Semaphore, semaphores
+    from .web.decorators import semaphore
 
 
 def __getattr__(name: str) -> Any:
     # Imported on first use: the engine needs Django settings, and this
     # package must stay importable from settings.py and setup tools.
     if name in ("Semaphore", "semaphores"):
-        from . import core
+        from .engine import semaphore as front
 
-        return getattr(core, name)
+        return getattr(front, name)
     if name == "Lease":
-        from .lease import Lease
+        from .engine.semaphore import Lease
 
         return Lease
     if name == "Holder":
-        from .inspection import Holder
+        from .engine.inspection import Holder
 
         return Holder
     if name == "semaphore":
-        from .decorators import semaphore
+        from .web.decorators import semaphore
 
         return semaphore
     raise AttributeError(f"module 'django_semaphore' has no attribute {name!r}")

@@ -18,7 +18,7 @@ force-release and purge-expired buttons.  Every change is logged as a
 :class:`~django.contrib.admin.models.LogEntry`, shown in the admin's recent
 actions and the semaphore's history page.  Ad-hoc semaphores (no SEMAPHORES
 entry) in use are listed too, marked "ad hoc", with the limit and lease their
-processes recorded (:mod:`django_semaphore.adhoc`); their pages have no
+processes recorded (:mod:`django_semaphore.runtime.adhoc`); their pages have no
 runtime control form (their code sets them).  Lease identifiers are never shown
 to anyone: a force-release names the holder by partition and fencing token,
 which cannot be replayed against a later holder because tokens only increase.
@@ -55,20 +55,22 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy as _lazy
 from django.utils.translation import ngettext
 
-from . import adhoc, discovery, monitor
-from .control import Effective
-from .core import Semaphore as Engine
-from .core import semaphores
+from .backend.keys import UNPARTITIONED
+from .config.validation import MAX_LIMIT, MODES, limit_from_text
+from .engine import discovery
+from .engine.inspection import Holder, Waiter
+from .engine.semaphore import Semaphore as Engine
+from .engine.semaphore import semaphores
 from .exceptions import SemaphoreBackendError
-from .inspection import Holder, Waiter
-from .keys import UNPARTITIONED
 from .models import Semaphore
-from .validation import MAX_LIMIT, MODES, limit_from_text
+from .ops import monitor
+from .runtime import adhoc
+from .runtime.control import Effective
 
 
 class LimitField(forms.Field):
     """A limit as typed: ASCII digits for a number from 0 to MAX_LIMIT, exactly as
-    ``sema_set --limit`` takes it (:func:`~django_semaphore.validation.limit_from_text`);
+    ``sema_set --limit`` takes it (:func:`~django_semaphore.config.validation.limit_from_text`);
     unlike ``IntegerField``, no sign, spaces, "_" or other scripts' digits."""
 
     widget = forms.NumberInput
@@ -147,7 +149,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """The admin model instance of a semaphore (None if unknown), without a query.
 
         There is no table: the instance is made up from the name (an ad-hoc
-        semaphore's :attr:`~django_semaphore.monitor.SemaphoreView.ident`),
+        semaphore's :attr:`~django_semaphore.ops.monitor.SemaphoreSummary.ident`),
         which is all the history view (and LogEntry) needs.
         """
         if object_id in semaphores:
@@ -216,19 +218,19 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _partition_param(self, request: HttpRequest) -> str | None:
         return request.GET.get("partition") or None
 
-    def _read_all(self) -> tuple[list[monitor.SemaphoreView], str]:
+    def _read_all(self) -> tuple[list[monitor.SemaphoreSummary], str]:
         try:
             return monitor.read_all(self.max_partitions), ""
         except SemaphoreBackendError as exc:
             return [], str(exc)
 
-    def _read_one(self, name: str, partition: str | None) -> tuple[monitor.SemaphoreView, str]:
+    def _read_one(self, name: str, partition: str | None) -> tuple[monitor.SemaphoreSummary, str]:
         try:
             return monitor.read_semaphore(name, partition, self.max_partitions, with_holders=True), ""
         except ValueError:
             raise Http404(_("No such partition."))
         except SemaphoreBackendError as exc:
-            return monitor.SemaphoreView(name), str(exc)
+            return monitor.SemaphoreSummary(name), str(exc)
 
     def _user_names(self, values: Iterable[Any]) -> dict[str, str]:
         """{str(pk): username} of the users the web layer recorded (meta "user" is the pk)."""

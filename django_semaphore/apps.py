@@ -5,7 +5,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.translation import gettext_lazy as _
 
-from . import conf
+from .config import settings as semaphore_settings
 
 
 class DjangoSemaphoreConfig(AppConfig):
@@ -31,7 +31,7 @@ class DjangoSemaphoreConfig(AppConfig):
         refuse_bad_settings()
 
         if importlib.util.find_spec("prometheus_client") is not None:
-            from . import metrics  # the [prometheus] extra: count what the signals report
+            from .ops import metrics  # the [prometheus] extra: count what the signals report
 
             metrics.install()
 
@@ -43,7 +43,7 @@ def refuse_bad_settings() -> None:
     the ids in SILENCED_SYSTEM_CHECKS; warnings never stop the app.
     """
     silenced = set(getattr(settings, "SILENCED_SYSTEM_CHECKS", ()))
-    errors = conf.validated().boot_errors(silenced)
+    errors = semaphore_settings.validated().boot_errors(silenced)
     if not errors:
         return
     lines = [

@@ -52,9 +52,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.urls import URLResolver, get_resolver
 from redis.exceptions import RedisClusterException
 
-from . import conf, connection, validation
-from .needs import Need, needs_of
-from .validation import Problem
+from .backend import connection
+from .config import settings as semaphore_settings
+from .config import validation
+from .config.validation import Problem
+from .web.needs import Need, needs_of
 
 
 def _message(problem: Problem) -> checks.CheckMessage:
@@ -67,12 +69,12 @@ def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     """Report every bad SEMAPHORE_* setting as an error or warning with a hint."""
-    return [_message(problem) for problem in conf.validated().all_problems()]
+    return [_message(problem) for problem in semaphore_settings.validated().all_problems()]
 
 
 def _settings_have_errors() -> bool:
     # The deploy checks need usable settings; check_settings reports the errors.
-    return any(not p.warning for p in conf.validated().all_problems())
+    return any(not p.warning for p in semaphore_settings.validated().all_problems())
 
 
 @checks.register("django_semaphore", checks.Tags.urls)
@@ -123,7 +125,7 @@ def _guarded_views(resolver: URLResolver, prefix: str = "") -> Iterator[tuple[st
 def _need_problems(need: Need) -> Iterator[tuple[str, str]]:
     """(message, hint) for each thing wrong with one ``@semaphore(...)``."""
     try:
-        config = conf.get_config(need.name)
+        config = semaphore_settings.get_config(need.name)
     except ImproperlyConfigured:
         yield "SEMAPHORES has no such entry.", f"Add SEMAPHORES[{need.name!r}], or fix the name."
         return
@@ -161,7 +163,7 @@ def check_redis(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -
     if _settings_have_errors():
         return []
     messages: list[checks.CheckMessage] = []
-    value = conf.setting("SEMAPHORE_REDIS")
+    value = semaphore_settings.setting("SEMAPHORE_REDIS")
     if isinstance(value, str):
         caches: dict[str, Any] = settings.CACHES
         options = caches[value].get("OPTIONS", {})
@@ -195,7 +197,7 @@ SAFE_POLICY = "noeviction"
 
 
 def _where() -> str:
-    value = conf.setting("SEMAPHORE_REDIS")
+    value = semaphore_settings.setting("SEMAPHORE_REDIS")
     if isinstance(value, str):
         return f"CACHES[{value!r}] (SEMAPHORE_REDIS = {value!r})"
     return "SEMAPHORE_REDIS"

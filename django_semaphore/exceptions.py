@@ -10,7 +10,7 @@ REASONS = ("full", "timeout", "queue_full", "paused")
 class RetryAfter(int):
     """Retry-After seconds of a refusal, which also says why: ``reason``.
 
-    What :meth:`Semaphore.try_acquire <django_semaphore.core.Semaphore.try_acquire>`
+    What :meth:`Semaphore.try_acquire <django_semaphore.Semaphore.try_acquire>`
     returns for a refusal: an ``int`` (older callers use it as one) carrying
     the refusal's reason (one of :data:`REASONS`).
     """

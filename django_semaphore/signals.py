@@ -1,7 +1,7 @@
 """Signals sent by django-semaphore.
 
 The first four are sent with ``sender=Semaphore`` and the keyword ``semaphore``
-(the :class:`~django_semaphore.core.Semaphore`), plus:
+(the :class:`~django_semaphore.Semaphore`), plus:
 
 * ``acquired``: ``lease``, ``waited`` (seconds spent queueing);
 * ``refused``: ``key`` (partition value), ``retry_after`` (seconds), ``waited``,
@@ -20,7 +20,7 @@ The first four are sent with ``sender=Semaphore`` and the keyword ``semaphore``
 * ``config_changed``: sender=Semaphore; ``semaphore``, ``limit`` and ``mode``
   (the effective values after the change) and ``user`` (who made it: None
   outside the admin) — a runtime override was set or cleared
-  (:meth:`Semaphore.override <django_semaphore.core.Semaphore.override>`).
+  (:meth:`Semaphore.override <django_semaphore.Semaphore.override>`).
   Sent by the process that made the change only.
 """
 

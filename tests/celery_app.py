@@ -18,8 +18,10 @@ django.setup()
 from celery import Celery, signals  # noqa: E402 - Django first
 from django.conf import settings  # noqa: E402
 
-from django_semaphore import Semaphore, connection, guards  # noqa: E402
+from django_semaphore import Semaphore  # noqa: E402
+from django_semaphore.backend import connection  # noqa: E402
 from django_semaphore.contrib.celery import current_lease, semaphore_task  # noqa: E402
+from django_semaphore.engine import guards  # noqa: E402
 
 app = Celery("semaphore_tests")
 app.conf.update(

@@ -20,7 +20,7 @@ import pytest
 import redis
 import redis.cluster
 
-from django_semaphore import connection
+from django_semaphore.backend import connection
 from tests.servers import (
     RedisClusterServers,
     RedisSentinelServers,

@@ -1,6 +1,6 @@
 """Views and URLs of the handoff tests: a guarded view hands its lease to a task or keeps it.
 
-Used with ``@pytest.mark.urls("tests.handoff_site")`` by tests/test_handoff.py
+Used with ``@pytest.mark.urls("tests.handoff_site")`` by tests/engine/test_handoff.py
 (the test client) and tests/system/test_celery_worker.py (a live server and a
 real Celery worker).
 """
@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.http import JsonResponse
 from django.urls import path
 
-from django_semaphore.decorators import semaphore
+from django_semaphore.web.decorators import semaphore
 
 #: The tickets handed off by the ``keep`` view, for the test to adopt.
 TICKETS = []

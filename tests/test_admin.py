@@ -19,11 +19,14 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.urls import path, reverse
 
-from django_semaphore import adaptive, conf, connection, semaphores
+from django_semaphore import semaphores
 from django_semaphore.admin import SemaphoreAdmin
-from django_semaphore.keys import control_key, key_hash, name_hash
+from django_semaphore.backend import connection
+from django_semaphore.backend.keys import control_key, key_hash, name_hash
+from django_semaphore.backend.scripting import run
+from django_semaphore.config import settings as conf
 from django_semaphore.models import Semaphore
-from django_semaphore.scripting import run
+from django_semaphore.runtime import adaptive
 from tests.helpers import wait_until, wait_until_expired
 
 LIST_URL = "/admin/django_semaphore/semaphore/"
@@ -401,7 +404,7 @@ def test_an_ad_hoc_semaphore_held_by_another_process_is_listed_with_a_page(clien
 @pytest.mark.usefixtures("backend")
 def test_an_ad_hoc_holder_can_be_force_released(client, changer):
     from django_semaphore import Semaphore as Sem
-    from django_semaphore import adhoc, stats
+    from django_semaphore.runtime import adhoc, stats
 
     adhoc.forget()
     crawler = Sem("crawler", limit=2, timeout=30)
@@ -419,7 +422,7 @@ def test_an_ad_hoc_holder_can_be_force_released(client, changer):
 @pytest.mark.usefixtures("backend")
 def test_a_hostile_ad_hoc_name_is_escaped_and_cut(client, viewer):
     from django_semaphore import Semaphore as Sem
-    from django_semaphore import adhoc, stats
+    from django_semaphore.runtime import adhoc, stats
 
     adhoc.forget()
     name = '<b id="x">bold</b>"\'' + "y" * 20_000
@@ -457,7 +460,7 @@ def test_every_hostile_ad_hoc_name_is_listed_and_its_page_opens(client, changer)
     import re
 
     from django_semaphore import Semaphore as Sem
-    from django_semaphore import adhoc, stats
+    from django_semaphore.runtime import adhoc, stats
 
     adhoc.forget()
     held = [Sem(name, limit=2, timeout=30).acquire(meta={"n": n}) for n, name in enumerate(HOSTILE_NAMES)]

@@ -18,7 +18,7 @@ import pytest
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 
-from django_semaphore import conf
+from django_semaphore.config import settings as conf
 from tests.servers import free_port
 from tests.settings_web import WEB_SEMAPHORES
 

@@ -10,7 +10,8 @@ import redis
 from django.core.checks import Error, Info, Warning, run_checks
 from django.core.exceptions import ImproperlyConfigured
 
-from django_semaphore import Semaphore, connection, semaphores
+from django_semaphore import Semaphore, semaphores
+from django_semaphore.backend import connection
 from tests.helpers import HOSTILE_LIMITS
 from tests.servers import RedisServer, free_port, redis_server_binary
 
@@ -52,7 +53,7 @@ ENTRY_CASES = [
     ("E006", entry(KEY=5)),
     ("E006", entry(KEY="header:")),
     ("E007", entry(KEY="no_such_module.key_func")),
-    ("E007", entry(KEY="django_semaphore.conf.DEFAULTS")),
+    ("E007", entry(KEY="django_semaphore.config.settings.DEFAULTS")),
     ("E008", entry(ALGORITHM="redlock")),
     ("E008", entry(ALGORITHM=None)),
     ("E009", entry(AUTO_REFRESH="yes")),
@@ -106,7 +107,7 @@ GLOBAL_CASES = [
     ("E014", {"SEMAPHORE_KEY_PREFIX": 5}),
     ("E015", {"SEMAPHORE_FAIL_OPEN": "no"}),
     ("E016", {"SEMAPHORE_REJECT_VIEW": "no_such_module.view"}),
-    ("E016", {"SEMAPHORE_REJECT_VIEW": "django_semaphore.conf.DEFAULTS"}),
+    ("E016", {"SEMAPHORE_REJECT_VIEW": "django_semaphore.config.settings.DEFAULTS"}),
     ("E017", {"SEMAPHORE_REDIS": "nocache"}),
     ("E017", {"SEMAPHORE_REDIS": 42}),
     ("E017", {"SEMAPHORE_REDIS": {"URL": "http://localhost:6379"}}),
@@ -277,7 +278,7 @@ def test_several_problems_are_all_reported(settings):
 def test_callable_and_dotted_keys_are_accepted(settings):
     settings.SEMAPHORES = {
         "a": {"LIMIT": 1, "KEY": lambda request: "k"},
-        "b": {"LIMIT": 1, "KEY": "django_semaphore.partitions.by_ip"},
+        "b": {"LIMIT": 1, "KEY": "django_semaphore.config.key_functions.by_ip"},
         "c": {"LIMIT": 1, "KEY": "header:X-Api-Key"},
         "d": {"LIMIT": 1, "KEY": "user"},
     }

@@ -1,6 +1,6 @@
 """Signals sent by django-semaphore (django_semaphore.signals): ``acquired``, ``refused``,
 ``released`` and ``lease_lost``, with ``sender=Semaphore`` and the documented keywords,
-against the real Redis (``backend_failed`` is the driver's: tests/test_scripting.py)."""
+against the real Redis (``backend_failed`` is the driver's: tests/backend/test_scripting.py)."""
 
 import pytest
 

@@ -1,9 +1,6 @@
-"""``path("metrics/", include("django_semaphore.metrics.urls"))``: the Prometheus scrape endpoint."""
+"""``include("django_semaphore.metrics.urls")``: the scrape endpoint, from
+:mod:`django_semaphore.ops.metrics.urls`."""
 
-from django.urls import path
+from ..ops.metrics.urls import urlpatterns
 
-from . import metrics_view
-
-urlpatterns = [
-    path("", metrics_view, name="django_semaphore_metrics"),
-]
+__all__ = ["urlpatterns"]

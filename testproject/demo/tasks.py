@@ -11,8 +11,8 @@ work is the task below, sent with ``export_task.delay(seconds, ticket=ticket)``.
 import threading
 import time
 
-from django_semaphore import refresh
-from django_semaphore.lease import Lease
+from django_semaphore import Lease
+from django_semaphore.engine import watchdog
 
 TASK_NAME = "demo.export"
 
@@ -28,7 +28,7 @@ def run_in_thread(ticket, task_id, seconds):
     def work():
         lease = Lease.adopt(ticket, meta={"task_id": task_id, "task": TASK_NAME, "runner": "thread"})
         try:
-            with refresh.watching(lease):
+            with watchdog.watching(lease):
                 export_body(seconds)
         finally:
             lease.release()

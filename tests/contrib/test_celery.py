@@ -17,7 +17,7 @@ from celery import signals as celery_signals
 from django_semaphore import Semaphore
 from django_semaphore.contrib import celery as sc
 from django_semaphore.contrib.celery import dispatcher, parking, task
-from django_semaphore.lease import Lease
+from django_semaphore.engine.semaphore import Lease
 
 pytestmark = pytest.mark.usefixtures("backend")
 

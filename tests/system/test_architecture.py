@@ -1,7 +1,21 @@
-"""The package's structure, as the docs' architecture page describes it.
+"""The package's structure, as docs/architecture.rst describes it.
 
-* No import cycles among django_semaphore's modules, function-level imports
-  included (imports under ``if TYPE_CHECKING:`` are for type checkers only).
+* Layers: each module imports only its own layer and those below it::
+
+      exceptions, signals  <  config  <  backend  <  runtime  <  engine  <  web | ops  <  the glue
+
+  web and ops do not import each other; ``contrib/`` imports only the public API
+  (the package root, its shims, exceptions and signals) and the engine; nothing
+  but the glue imports the glue or ``contrib/``.  Every import counts: module-level,
+  inside functions, and under ``if TYPE_CHECKING:`` (a type-only import still says
+  what a module knows), and so does a registry (``other.register_x(Thing)`` makes
+  ``other`` reach ``Thing``: an edge from ``other`` back to the caller).
+* No import cycles among the package's modules, counted the same way.
+* The package root holds at most 15 modules: Django's (``__init__``, ``apps``,
+  ``models``, ``admin``, ``checks``), the leaves everyone may import
+  (``exceptions``, ``signals``) and the shims that keep public dotted paths, which
+  only re-export.  Every folder of code has an ``__init__`` whose docstring says
+  what it is for.
 * No private name (``_name``) of one module is imported or reached by another:
   what modules share has a public name.
 * tests/ mirrors the package: django_semaphore/X.py is tested in tests/test_X.py,
@@ -19,6 +33,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "django_semaphore"
 TESTS = Path(__file__).resolve().parents[1]
+ROOT_PACKAGE = PACKAGE.name
 
 
 def _module_name(path):
@@ -31,18 +46,6 @@ def _module_name(path):
 MODULES = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
 
 
-def _type_checking_nodes(tree):
-    """ids of every node inside an ``if TYPE_CHECKING:`` block."""
-    skip = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If):
-            test = node.test
-            if getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING":
-                for child in node.body:
-                    skip.update(id(sub) for sub in ast.walk(child))
-    return skip
-
-
 def _absolute(module, path, node):
     """The absolute module an ImportFrom names (relative imports resolved)."""
     if not node.level:
@@ -52,19 +55,17 @@ def _absolute(module, path, node):
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _imports(module, path):
-    """[(imported module, name or None, line)] of a module, TYPE_CHECKING blocks left out."""
+def _imports(module, path, modules=MODULES):
+    """[(imported module, name or None, line)] of a module: every import statement, those
+    inside functions and under ``if TYPE_CHECKING:`` included."""
     tree = ast.parse(path.read_text())
-    skip = _type_checking_nodes(tree)
     found = []
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.ImportFrom):
             target = _absolute(module, path, node)
             for alias in node.names:
                 submodule = f"{target}.{alias.name}"
-                if submodule in MODULES:
+                if submodule in modules:
                     found.append((submodule, None, node.lineno))
                 else:
                     found.append((target, alias.name, node.lineno))
@@ -73,11 +74,65 @@ def _imports(module, path):
     return found
 
 
-def _graph():
-    return {
-        module: {target for target, _, _ in _imports(module, path) if target in MODULES and target != module}
-        for module, path in MODULES.items()
+def _bound_modules(module, path, tree, modules):
+    """{local name: package module} for the package modules (and names of them) ``module`` imports."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            target = _absolute(module, path, node)
+            for alias in node.names:
+                submodule = f"{target}.{alias.name}"
+                local = alias.asname or alias.name
+                if submodule in modules:
+                    bound[local] = submodule
+                elif target in modules:
+                    bound[local] = target  # a name imported from a module: calls reach that module
+    return bound
+
+
+def _registrations(module, path, modules=MODULES):
+    """[(registry module, line)]: calls ``m.register_x(...)`` / ``register_x(...)`` into another
+    module of the package that hand it something ``module`` defines (a class or a function)."""
+    tree = ast.parse(path.read_text())
+    defined = {
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
     }
+    bound = _bound_modules(module, path, tree, modules)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            name, owner = func.attr, bound.get(func.value.id)
+        elif isinstance(func, ast.Name):
+            name, owner = func.id, bound.get(func.id)
+        else:
+            continue
+        handed = {
+            arg.id for arg in [*node.args, *(k.value for k in node.keywords)] if isinstance(arg, ast.Name)
+        }
+        if owner and owner != module and name.startswith("register") and handed & defined:
+            found.append((owner, node.lineno))
+    return found
+
+
+def _graph(modules=MODULES):
+    """module -> the package modules it depends on: its imports, and the registries it is reached from."""
+    graph = {
+        module: {
+            target
+            for target, _, _ in _imports(module, path, modules)
+            if target in modules and target != module
+        }
+        for module, path in modules.items()
+    }
+    for module, path in modules.items():
+        for registry, _ in _registrations(module, path, modules):
+            graph[registry].add(module)  # the registry calls back into module
+    return graph
 
 
 def _cycles(graph):
@@ -112,8 +167,11 @@ def _cycles(graph):
 
 
 def test_the_checker_sees_the_package():
-    assert "django_semaphore.core" in MODULES
-    assert any("django_semaphore.core" in targets for targets in _graph().values())
+    assert "django_semaphore.engine.semaphore" in MODULES
+    graph = _graph()
+    assert "django_semaphore.engine.semaphore" in graph["django_semaphore.web.needs"]
+    # Imports inside functions and type-only imports count.
+    assert "django_semaphore.engine.semaphore" in graph["django_semaphore"]
 
 
 def test_cycles_are_found_when_present():
@@ -122,6 +180,175 @@ def test_cycles_are_found_when_present():
 
 def test_no_import_cycles():
     assert _cycles(_graph()) == []
+
+
+def test_a_registry_counts_as_an_edge_back(tmp_path):
+    package = tmp_path / "django_semaphore"
+    (package / "engine").mkdir(parents=True)
+    for name in ("__init__.py", "engine/__init__.py", "engine/handoff.py"):
+        (package / name).write_text('"""x."""\n')
+    (package / "engine" / "core.py").write_text(
+        "from . import handoff\n\n\nclass Semaphore: ...\n\n\nhandoff.register_semaphore_class(Semaphore)\n"
+    )
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(tmp_path).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = _graph(modules)
+    assert graph["django_semaphore.engine.handoff"] == {"django_semaphore.engine.core"}
+    assert _cycles(graph) == [["django_semaphore.engine.core", "django_semaphore.engine.handoff"]]
+
+
+# -- the layers ------------------------------------------------------------------------------
+
+#: Folders (and root modules) of each layer, lowest first; a module's layer is its first match.
+LAYERS = [
+    ("leaves", ["exceptions", "signals"]),
+    ("config", ["config"]),
+    ("backend", ["backend"]),
+    ("runtime", ["runtime"]),
+    ("engine", ["engine"]),
+    ("web", ["web"]),
+    ("ops", ["ops"]),
+    ("contrib", ["contrib"]),
+    # Django's glue and the public shims: the package root, apps, models, admin, checks,
+    # management/, migrations/, and the modules that keep public dotted paths.
+    ("glue", [""]),
+]
+RANK = {"leaves": 0, "config": 1, "backend": 2, "runtime": 3, "engine": 4, "web": 5, "ops": 5, "glue": 6}
+
+#: The root modules besides the shims: Django's, and the leaves everyone may import.
+ROOT_MODULES = {"__init__", "apps", "models", "admin", "checks", "exceptions", "signals"}
+#: The shims: public dotted paths kept at the root (shared/API.md and the docs name them). Each
+#: only re-exports from the layer that holds the code.
+SHIMS = {
+    "middleware": "MIDDLEWARE names django_semaphore.middleware.SemaphoreMiddleware",
+    "views": "SEMAPHORE_REJECT_VIEW's default is django_semaphore.views.rejected",
+    "decorators": "the view decorator's module path (django_semaphore.semaphore is the same object)",
+    "guards": "the docs import current_lease and FunctionGuard from django_semaphore.guards",
+    "lease": "the docs import Lease from django_semaphore.lease",
+    "handoff": "the docs name django_semaphore.handoff.HandoffError and AlreadyAdopted",
+    "metrics/": 'the docs import metrics_view and track and include("django_semaphore.metrics.urls")',
+}
+#: What contrib/ may import: the public API (the root and its shims, exceptions, signals) and the engine.
+CONTRIB_MAY_IMPORT = ("engine", "contrib")
+PUBLIC = {ROOT_PACKAGE} | {f"{ROOT_PACKAGE}.{name.rstrip('/')}" for name in [*SHIMS, "exceptions", "signals"]}
+
+
+def layer(module):
+    """The layer of a module of the package (dotted name)."""
+    relative = module.removeprefix(ROOT_PACKAGE).lstrip(".")
+    for name, folders in LAYERS:
+        for folder in folders:
+            if folder and (relative == folder or relative.startswith(folder + ".")):
+                return name
+    return "glue"
+
+
+def _shim(module):
+    relative = module.removeprefix(ROOT_PACKAGE).lstrip(".")
+    return relative in SHIMS or relative.split(".")[0] + "/" in SHIMS
+
+
+def _allowed(module, target):
+    """Why ``module`` may not import ``target``, or None if it may."""
+    own, theirs = layer(module), layer(target)
+    if own == "contrib":
+        if target in PUBLIC or theirs in CONTRIB_MAY_IMPORT:
+            return None
+        return f"contrib/ uses the public API and the engine only, not {theirs}"
+    if theirs == "contrib":
+        return "nothing but contrib/ imports contrib/"
+    if {own, theirs} == {"web", "ops"}:
+        return "web and ops do not know each other"
+    if RANK[theirs] > RANK[own]:
+        return f"{own} is below {theirs}"
+    return None
+
+
+def test_every_module_has_a_layer():
+    assert layer("django_semaphore.engine.algorithms.lua") == "engine"
+    assert layer("django_semaphore.exceptions") == "leaves"
+    assert layer("django_semaphore.middleware") == "glue"
+    assert layer("django_semaphore") == "glue"
+    assert layer("django_semaphore.contrib.celery.task") == "contrib"
+    assert {layer(module) for module in MODULES} <= set(RANK) | {"contrib"}
+
+
+def test_the_rules_catch_what_they_forbid():
+    assert _allowed("django_semaphore.engine.guards", "django_semaphore.web.needs")
+    assert _allowed("django_semaphore.web.needs", "django_semaphore.ops.monitor")
+    assert _allowed("django_semaphore.ops.monitor", "django_semaphore.web.views")
+    assert _allowed("django_semaphore.contrib.celery.store", "django_semaphore.backend.connection")
+    assert _allowed("django_semaphore.engine.semaphore", "django_semaphore.middleware")
+    assert _allowed("django_semaphore.admin", "django_semaphore.contrib.celery")
+    assert _allowed("django_semaphore.web.needs", "django_semaphore.engine.semaphore") is None
+    assert _allowed("django_semaphore.contrib.celery.task", "django_semaphore.guards") is None
+    assert _allowed("django_semaphore.contrib.celery.task", "django_semaphore.engine.watchdog") is None
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_module_imports_its_own_layer_and_those_below(module):
+    path = MODULES[module]
+    offences = [
+        f"line {line}: {target} ({why})"
+        for target, _, line in _imports(module, path)
+        if target in MODULES and target != module and (why := _allowed(module, target))
+    ]
+    offences += [
+        f"line {line}: hands {registry} something of its own ({why})"
+        for registry, line in _registrations(module, path)
+        if (why := _allowed(registry, module))
+    ]
+    assert offences == []
+
+
+def test_at_most_15_modules_at_the_root():
+    root = sorted(path.stem for path in PACKAGE.glob("*.py"))
+    assert len(root) <= 15, root
+    unknown = [name for name in root if name not in ROOT_MODULES and name not in SHIMS]
+    assert unknown == [], "a root module that is neither Django's glue, a leaf nor a listed shim"
+    folders = {path.parent.name + "/" for path in PACKAGE.glob("*/__init__.py")}
+    assert {name for name in SHIMS if name.endswith("/")} <= folders
+
+
+def _only_re_exports(path):
+    """What in ``path`` is more than a docstring, imports and ``__all__``."""
+    tree = ast.parse(path.read_text())
+    extra = []
+    for index, node in enumerate(tree.body):
+        if index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"]:
+            continue
+        extra.append(f"line {node.lineno}: {ast.dump(node)[:60]}")
+    return extra
+
+
+@pytest.mark.parametrize("shim", sorted(SHIMS))
+def test_a_shim_only_re_exports(shim):
+    paths = sorted((PACKAGE / shim).rglob("*.py")) if shim.endswith("/") else [PACKAGE / f"{shim}.py"]
+    assert paths
+    for path in paths:
+        assert ast.get_docstring(ast.parse(path.read_text())), f"{path.name}: say what path it keeps"
+        assert _only_re_exports(path) == [], path
+
+
+def _code_folders():
+    return sorted({path.parent for path in PACKAGE.rglob("*.py") if path.parent != PACKAGE})
+
+
+@pytest.mark.parametrize("folder", _code_folders(), ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_every_folder_says_what_it_is_for(folder):
+    init = folder / "__init__.py"
+    assert init.exists(), f"{folder.relative_to(PACKAGE)}/ has no __init__.py"
+    docstring = ast.get_docstring(ast.parse(init.read_text()))
+    assert docstring and len(docstring) >= 40, f"{folder.relative_to(PACKAGE)}/__init__.py: what is it for?"
+
+
+# -- no private name crosses a module ---------------------------------------------------------
 
 
 def _private(name):
@@ -161,14 +388,28 @@ def test_no_private_name_crosses_a_module(module):
 #: Modules (or folders, ending in "/") without a test file of their own, and why.
 EXEMPT = {
     "migrations/": "the migration is checked against the model in tests/test_models.py",
-    "management/__init__.py": "an empty package marker",
-    "management/commands/__init__.py": "an empty package marker",
-    "algorithms/__init__.py": "the registry only, tested with the Protocol in tests/algorithms/test_base.py",
-    "metrics/urls.py": "one URL pattern, the scrape endpoint tests/test_metrics.py requests",
-    "contrib/__init__.py": "an empty package marker: each integration is tested in tests/contrib/",
+    "management/__init__.py": "a docstring only",
+    "management/commands/__init__.py": "a docstring only",
+    "config/__init__.py": "the layer's docstring only",
+    "backend/__init__.py": "the layer's docstring only",
+    "runtime/__init__.py": "the layer's docstring only",
+    "engine/__init__.py": "the layer's docstring only",
+    "web/__init__.py": "the layer's docstring only",
+    "ops/__init__.py": "the layer's docstring only",
+    "engine/algorithms/__init__.py": "the registry, tested with the Protocol in algorithms/test_base.py",
+    "ops/metrics/urls.py": "one URL pattern, the scrape endpoint tests/ops/test_metrics.py requests",
+    "contrib/__init__.py": "a docstring only: each integration is tested in tests/contrib/",
+    **{
+        (
+            shim if shim.endswith("/") else f"{shim}.py"
+        ): "a shim: tests/test_api.py checks its objects are its layer's"
+        for shim in SHIMS
+    },
 }
 #: Modules whose test file is not named after them.
 RENAMED = {"__init__.py": "test_api.py"}  # the package's own __init__: its public API
+#: Test files named after a class rather than the module that holds it.
+ALSO = {"engine/test_lease.py": "engine/semaphore.py"}  # Lease shares a module with Semaphore
 #: Scenario tests that exercise many modules together: they name no one module.
 SCENARIOS = "system"
 
@@ -178,7 +419,7 @@ def mirror(module):
     module = Path(module)
     if module.as_posix() in RENAMED:
         return Path(RENAMED[module.as_posix()])
-    if module.name == "__init__.py":  # a package as a module: metrics/__init__.py -> test_metrics.py
+    if module.name == "__init__.py":  # a package as a module: ops/metrics/__init__.py -> ops/test_metrics.py
         return module.parent.parent / f"test_{module.parent.name}.py"
     return module.parent / f"test_{module.name}"
 
@@ -190,32 +431,37 @@ def _exempt(module):
     )
 
 
+def _test_files(tests):
+    return sorted(path.relative_to(tests) for path in tests.rglob("test_*.py"))
+
+
 def untested_modules(package, tests):
     """Modules of ``package`` (exemptions aside) without their test file under ``tests``."""
     modules = sorted(path.relative_to(package) for path in package.rglob("*.py"))
+    found = set(_test_files(tests))
     return [
         f"{package.name}/{module.as_posix()} has no tests/{mirror(module).as_posix()}"
         for module in modules
-        if not _exempt(module) and not (tests / mirror(module)).exists()
+        if not _exempt(module) and mirror(module) not in found
     ]
 
 
 def orphan_tests(package, tests):
     """Test files under ``tests`` (scenarios aside) that name no module of ``package``."""
     mirrors = {mirror(path.relative_to(package)) for path in package.rglob("*.py")}
-    found = sorted(path.relative_to(tests) for path in tests.rglob("test_*.py"))
+    mirrors |= {Path(test) for test, module in ALSO.items() if (package / module).exists()}
     return [
         f"tests/{test.as_posix()} names no module of {package.name}/"
-        for test in found
+        for test in _test_files(tests)
         if test.parts[0] != SCENARIOS and test not in mirrors
     ]
 
 
 def test_the_test_file_of_a_module_is_named_after_it():
-    assert mirror("core.py") == Path("test_core.py")
-    assert mirror("algorithms/lua.py") == Path("algorithms/test_lua.py")
+    assert mirror("engine/semaphore.py") == Path("engine/test_semaphore.py")
+    assert mirror("engine/algorithms/lua.py") == Path("engine/algorithms/test_lua.py")
     assert mirror("management/commands/sema_cleanup.py") == Path("management/commands/test_sema_cleanup.py")
-    assert mirror("metrics/__init__.py") == Path("test_metrics.py")
+    assert mirror("ops/metrics/__init__.py") == Path("ops/test_metrics.py")
     assert mirror("__init__.py") == Path("test_api.py")
 
 

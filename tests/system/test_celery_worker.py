@@ -25,8 +25,9 @@ import redis
 
 pytest.importorskip("celery")
 
-from django_semaphore import Semaphore, refresh
+from django_semaphore import Semaphore
 from django_semaphore.contrib.celery import LOCK_SUFFIX, PARKED_KWARG, parked, queue_key
+from django_semaphore.engine import watchdog
 from tests.helpers import ROOT, wait_until
 
 BROKER_DB = 7
@@ -170,7 +171,7 @@ def _hold(sem, count):
     """``count`` slots held by the test itself, renewed by the watchdog."""
     leases = [sem.acquire() for _ in range(count)]
     assert all(leases)
-    return [(lease, refresh.watch(lease)) for lease in leases]
+    return [(lease, watchdog.watch(lease)) for lease in leases]
 
 
 def _give_back(held):

@@ -11,10 +11,11 @@ import time
 import pytest
 from redis.cluster import key_slot
 
-from django_semaphore import Semaphore, connection
-from django_semaphore.algorithms import ALGORITHMS
-from django_semaphore.inspection import holders, purge, status
-from django_semaphore.scripting import Command, Pipe, Script, execute
+from django_semaphore import Semaphore
+from django_semaphore.backend import connection
+from django_semaphore.backend.scripting import Command, Pipe, Script, execute
+from django_semaphore.engine.algorithms import ALGORITHMS
+from django_semaphore.engine.inspection import holders, purge, status
 
 ALL = list(ALGORITHMS)
 

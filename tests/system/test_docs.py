@@ -27,7 +27,8 @@ import textwrap
 
 import pytest
 
-from django_semaphore import conf, validation
+from django_semaphore.config import settings as conf
+from django_semaphore.config import validation
 from tests.helpers import ROOT
 
 README = os.path.join(ROOT, "README.rst")
@@ -418,7 +419,7 @@ def test_python_examples_run_in_order(page, settings, restored_globals):
     import asyncio
     import inspect
 
-    from django_semaphore import conf
+    from django_semaphore.config import settings as conf
 
     settings.SEMAPHORES = dict(DOC_SEMAPHORES)
     namespace = {"__name__": "docs_example"}
@@ -518,11 +519,11 @@ SIGNATURE_LITERAL = re.compile(r"``(?:@|await )?(?:[\w\.\[\]\"']+\.)?(?P<name>\w
 
 def _public_callables():
     from django_semaphore import Lease, Semaphore, semaphore
-    from django_semaphore.control import Effective
-    from django_semaphore.guards import FunctionGuard, current_lease
-    from django_semaphore.inspection import Holder, PartitionStatus, Waiter
-    from django_semaphore.metrics import metrics_view, track
-    from django_semaphore.stats import Recent
+    from django_semaphore.engine.guards import FunctionGuard, current_lease
+    from django_semaphore.engine.inspection import Holder, PartitionStatus, Waiter
+    from django_semaphore.ops.metrics import metrics_view, track
+    from django_semaphore.runtime.control import Effective
+    from django_semaphore.runtime.stats import Recent
 
     callables = {
         "Semaphore": Semaphore,
@@ -789,26 +790,52 @@ def test_checks_reference_lists_every_check_id_and_no_other():
     assert sorted(ids - table) == [], "docs/checks.rst lacks these ids"
 
 
-def test_the_architecture_lists_every_module():
-    package = os.path.join(ROOT, "django_semaphore")
+def _architecture_map():
+    """The paths (relative to django_semaphore/) docs/architecture.rst's module map names."""
     text = _read(os.path.join(DOCS, "architecture.rst"))
-    table = text[text.index("\nModules\n") : text.index("One engine, two drivers")]
-    named = set(re.findall(r"``([\w/]+(?:\.py|/))``", table))
-    modules = {name for name in os.listdir(package) if name.endswith(".py")}
-    packages = {
-        f"{name}/"
-        for name in os.listdir(package)
-        if os.path.isdir(os.path.join(package, name)) and not name.startswith("__")
-    }
-    packages = {p for p in packages if p not in ("templates/", "static/", "scripts/", "migrations/")}
-    packages = {p if p != "contrib/" else "contrib/celery/" for p in packages}
-    packages = {p if p != "management/" else "management/commands/" for p in packages}
-    missing = sorted((modules | packages) - named)
-    assert missing == [], f"docs/architecture.rst's module table lacks {missing}"
+    table = text[text.index("\nLayers\n") : text.index("One engine, two drivers")]
+    return set(re.findall(r"``([\w/]+(?:\.py|/))``", table))
+
+
+def _package_modules(package):
+    """What the map must name: every module of ``package`` by its path, a folder of code (whose
+    ``__init__.py`` it stands for) by its path and a trailing slash, migrations/ as a whole."""
+    wanted = set()
+    for path in package.rglob("*.py"):
+        relative = path.relative_to(package).as_posix()
+        if relative.startswith("migrations/"):
+            wanted.add("migrations/")
+        elif path.name == "__init__.py" and path.parent != package:
+            wanted.add(path.parent.relative_to(package).as_posix() + "/")
+        else:
+            wanted.add(relative)
+    return wanted
+
+
+def test_the_architecture_map_is_the_tree():
+    from pathlib import Path
+
+    package = Path(ROOT) / "django_semaphore"
+    named, wanted = _architecture_map(), _package_modules(package)
+    assert sorted(wanted - named) == [], "docs/architecture.rst's module map lacks these"
+    gone = sorted(name for name in named - wanted if not (package / name).exists())
+    assert gone == [], "docs/architecture.rst's module map names modules the package lacks"
+    data = ("templates/", "static/", "scripts/")
+    others = sorted(name for name in named - wanted if not name.startswith(data))
+    assert others == [], "named in the map, but neither a module nor a data folder"
+
+
+def test_the_map_stands_a_folder_for_its_init_and_migrations_for_all(tmp_path):
+    files = ("__init__.py", "apps.py", "engine/__init__.py", "engine/semaphore.py", "migrations/0001_x.py")
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).touch()
+    wanted = {"__init__.py", "apps.py", "engine/", "engine/semaphore.py", "migrations/"}
+    assert _package_modules(tmp_path) == wanted
 
 
 def test_the_metrics_reference_lists_every_metric_the_code_exports():
-    source = _read(os.path.join(ROOT, "django_semaphore", "metrics", "__init__.py"))
+    source = _read(os.path.join(ROOT, "django_semaphore", "ops", "metrics", "__init__.py"))
     code = set(re.findall(r"[\"'](django_semaphore_\w+)[\"']", source))
     code = {name.removesuffix("_total") for name in code}  # prometheus-client adds _total to counters
     table = {

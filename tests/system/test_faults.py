@@ -19,9 +19,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_semaphore import Semaphore, SemaphoreBackendError, connection, signals
-from django_semaphore.algorithms import ALGORITHMS, Granted
-from django_semaphore.scripting import execute, run
+from django_semaphore import Semaphore, SemaphoreBackendError, signals
+from django_semaphore.backend import connection
+from django_semaphore.backend.scripting import execute, run
+from django_semaphore.engine.algorithms import ALGORITHMS, Granted
 from tests.helpers import wait_until
 
 LUA = ALGORITHMS["lua"]
@@ -346,11 +347,11 @@ def test_forked_child_neither_renews_nor_releases(raw_redis):
     ``with sem.hold()`` block in the child releases nothing.  The parent stops its own watch at the fork, so
     only the child could have renewed the lease: it must expire on time.
     """
-    from django_semaphore import refresh
+    from django_semaphore.engine import watchdog
 
     sem = Semaphore("forked", limit=1, timeout=1.5)
     lease = sem.acquire()
-    handle = refresh.watch(lease)
+    handle = watchdog.watch(lease)
     first = lease.expires_ms
     wait_until(lambda: lease.expires_ms > first, timeout=5, message="a renewal by the parent's watchdog")
     read_end, write_end = os.pipe()
@@ -359,12 +360,12 @@ def test_forked_child_neither_renews_nor_releases(raw_redis):
         try:
             os.close(read_end)
             report = {
-                "watches": refresh.watchdog().count(),
+                "watches": watchdog.watchdog().count(),
                 "refresh": lease.refresh(),
                 "release": lease.release(),  # what leaving ``with sem.hold()`` does
             }
             time.sleep(2.0)  # a watchdog of the child would have renewed by now
-            report["watches_later"] = refresh.watchdog().count()
+            report["watches_later"] = watchdog.watchdog().count()
             os.write(write_end, json.dumps(report).encode())
         finally:
             os._exit(0)

@@ -7,10 +7,11 @@ import pytest
 import redis
 from redis.cluster import key_slot
 
-from django_semaphore import Semaphore, connection
-from django_semaphore.algorithms import ALGORITHMS
-from django_semaphore.core import meta_json
-from django_semaphore.keys import stats_keys
+from django_semaphore import Semaphore
+from django_semaphore.backend import connection
+from django_semaphore.backend.keys import stats_keys
+from django_semaphore.engine.algorithms import ALGORITHMS
+from django_semaphore.engine.semaphore import meta_json
 from tests.helpers import wait_until
 
 LUA = ALGORITHMS["lua"]

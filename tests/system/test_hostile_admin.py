@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 
 from django_semaphore import semaphores
-from django_semaphore.keys import key_hash
+from django_semaphore.backend.keys import key_hash
 
 LIST_URL = "/admin/django_semaphore/semaphore/"
 SEMAPHORES = {

@@ -14,7 +14,8 @@ import time
 import pytest
 import redis
 
-from django_semaphore import Semaphore, connection
+from django_semaphore import Semaphore
+from django_semaphore.backend import connection
 from tests.helpers import wait_until
 from tests.servers import RedisServer
 

@@ -18,9 +18,11 @@ from django.test import Client
 from django.urls import include, path
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_semaphore import metrics, semaphores, signals, stats
-from django_semaphore.control import Effective
+from django_semaphore import semaphores, signals
 from django_semaphore.models import Semaphore as SemaphoreModel
+from django_semaphore.ops import metrics
+from django_semaphore.runtime import stats
+from django_semaphore.runtime.control import Effective
 from tests.helpers import HOSTILE_LIMIT_TEXTS, wait_until
 
 # This module is also the URLconf of its tests: the admin and the metrics endpoint.

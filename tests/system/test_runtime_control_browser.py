@@ -8,8 +8,9 @@ import threading
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from django_semaphore import semaphores, stats
-from django_semaphore.control import Effective
+from django_semaphore import semaphores
+from django_semaphore.runtime import stats
+from django_semaphore.runtime.control import Effective
 from tests.browser import chromium, new_page, screenshot
 from tests.helpers import wait_until
 

@@ -35,7 +35,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from django_semaphore import Semaphore, connection
+from django_semaphore import Semaphore
+from django_semaphore.backend import connection
 from tests.helpers import wait_until
 
 MAX_LIMIT = 5

@@ -21,7 +21,8 @@ import time
 import pytest
 import redis
 
-from django_semaphore import Semaphore, SemaphoreBackendError, connection, signals
+from django_semaphore import Semaphore, SemaphoreBackendError, signals
+from django_semaphore.backend import connection
 from tests.fixtures_redis import sentinel_service
 from tests.servers import RedisSentinelServers
 

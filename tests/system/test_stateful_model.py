@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from django_semaphore import Semaphore, connection, signals
+from django_semaphore import Semaphore, signals
+from django_semaphore.backend import connection
 
 LIMIT = 3
 _names = itertools.count()

@@ -23,10 +23,9 @@ from typing import Any
 
 from celery import current_app
 
-from ... import connection
-from ...core import Semaphore
+from ...engine import storage
+from ...engine.semaphore import Lease, Semaphore
 from ...exceptions import SemaphoreBackendError
-from ...lease import Lease
 from . import parking, runs, store
 
 logger = logging.getLogger("django_semaphore")
@@ -221,7 +220,7 @@ class Dispatcher:
         process's park: a PUBLISH) or in this process; the subscription, None if lost."""
         try:
             if subscription is None:
-                subscription = connection.get_client().pubsub(ignore_subscribe_messages=True)
+                subscription = storage.pubsub()
                 subscription.subscribe(store.registry_key())
             subscription.get_message(timeout=self.interval)
             while subscription.get_message(timeout=0):  # drain: one poll serves them all

@@ -19,8 +19,8 @@ from typing import Any, cast
 
 from kombu.utils import json as kombu_json  # Celery's own JSON: dates, UUIDs, decimals
 
-from ...core import Semaphore, semaphores
-from ...keys import PartitionKeys
+from ...engine.semaphore import Semaphore, semaphores
+from ...engine.storage import PartitionKeys
 from . import store
 
 #: How long parked tasks (and the registry) stay in Redis without any write: a day.

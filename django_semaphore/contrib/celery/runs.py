@@ -33,8 +33,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from ...engine.storage import PartitionKeys
 from ...exceptions import SemaphoreBackendError
-from ...keys import PartitionKeys
 from . import store
 
 logger = logging.getLogger("django_semaphore")

@@ -9,7 +9,7 @@ cluster hash tag (one slot):
 * ``<prefix>:celery:parked``: a HASH of the partitions with parked tasks,
   announced on a channel of the same name.
 
-Each write goes through :func:`django_semaphore.scripting.run`, so a Redis
+Each call goes through :mod:`django_semaphore.engine.storage`, so a Redis
 failure is a :class:`~django_semaphore.SemaphoreBackendError` and the scripts
 (``scripts/celery_*.lua``) are sent as EVALSHA, loaded again on NOSCRIPT.
 """
@@ -19,9 +19,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from ... import conf, connection
-from ...keys import PartitionKeys
-from ...scripting import Command, LuaScript, Script, one, run
+from ...engine.storage import LuaScript, PartitionKeys, command, key_prefix, script
 
 QUEUE_SUFFIX = "celery:q"  # LIST of parked task messages, oldest first
 LOCK_SUFFIX = "celery:l"  # STRING: the dispatcher of this partition now
@@ -38,15 +36,28 @@ RENEW_IF = LuaScript("renew_if")
 SWAP_IF = LuaScript("swap_if")
 UNLOCK = LuaScript("unlock")
 
-
-def command(*words: Any) -> Any:
-    """Send one command; its reply."""
-    return run(connection.get_client(), one(Command(words)))
-
-
-def script(lua: LuaScript, keys: tuple[str, ...], *args: Any) -> Any:
-    """Run one of the scripts above; its reply."""
-    return run(connection.get_client(), one(Script(lua, keys, args)))
+__all__ = [
+    "CLAIM_RUN",
+    "END_RUN",
+    "LOCK_SUFFIX",
+    "POP_IF_HEAD",
+    "PUSH",
+    "QUEUE_SUFFIX",
+    "REGISTER",
+    "REGISTRY_SUFFIX",
+    "RENEW_IF",
+    "RUN_SUFFIX",
+    "SWAP_IF",
+    "UNLOCK",
+    "UNREGISTER",
+    "command",  # one command, and one of the scripts above, on the engine's Redis
+    "lock_key",
+    "queue_key",
+    "registry_key",
+    "run_key",
+    "script",
+    "text",
+]
 
 
 def text(value: Any) -> str:
@@ -72,4 +83,4 @@ def run_key(keys: PartitionKeys, task_id: str) -> str:
 
 def registry_key() -> str:
     """The HASH of partitions that have (or recently had) parked tasks."""
-    return f"{conf.setting('SEMAPHORE_KEY_PREFIX')}:{REGISTRY_SUFFIX}"
+    return f"{key_prefix()}:{REGISTRY_SUFFIX}"

@@ -28,14 +28,12 @@ from typing import Any, NoReturn, TypeVar, cast
 from celery import Task, current_task
 from celery.exceptions import Ignore
 
-from ... import connection, handoff, refresh
-from ...core import Semaphore, semaphores
+from ...engine import handoff, watchdog
+from ...engine.guards import current_lease as current_lease  # the one current lease, re-exported
+from ...engine.guards import holding
+from ...engine.handoff import HandoffError
+from ...engine.semaphore import Lease, Semaphore, adopt_ticket, lease_from_ticket, semaphores
 from ...exceptions import SemaphoreBackendError, SemaphoreFull
-from ...guards import current_lease as current_lease  # the one current lease, re-exported
-from ...guards import holding
-from ...handoff import HandoffError
-from ...lease import Lease
-from ...scripting import run
 from . import parking, runs
 from .dispatcher import PARKED_KWARG, dispatch
 
@@ -50,7 +48,7 @@ def annotate(lease: Lease, **fields: Any) -> bool:
 
     False if the slot is no longer held.
     """
-    return run(connection.get_client(), handoff.annotate_op(lease, fields))
+    return handoff.annotate(lease.keys, lease.identifier, fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +102,7 @@ def semaphore_task(
     ``wait=0`` parks at once.  A worker process waits in it: keep it short.
     ``meta``: extra meta stored with the holder (the task's name and id always
     are).  ``ticket_arg``: the name of a kwarg that may carry a
-    :meth:`Lease.handoff <django_semaphore.lease.Lease.handoff>` ticket; when
+    :meth:`Lease.handoff <django_semaphore.Lease.handoff>` ticket; when
     it does, the task adopts that lease instead of acquiring (the kwarg is
     passed on to the function unchanged).
     """
@@ -189,7 +187,7 @@ def _readable(given: _Given | None) -> Lease | None:
     if given is None:
         return None
     try:
-        return handoff.lease_from_ticket(Lease, given.ticket)
+        return lease_from_ticket(Lease, given.ticket)
     except HandoffError:
         return None  # adopting it says why
 
@@ -202,7 +200,7 @@ def _take(
     identity = {"task": task.name, "task_id": request.id}
     if given is not None:
         try:
-            return handoff.adopt(Lease, given.ticket, meta=identity, adopter=str(request.id))
+            return adopt_ticket(Lease, given.ticket, meta=identity, adopter=str(request.id))
         except HandoffError as exc:
             if not given.parked:
                 raise
@@ -238,7 +236,7 @@ def _held(lease: Lease) -> Iterator[None]:
     (:func:`django_semaphore.guards.current_lease`), refreshed by the watchdog,
     and released at the end whatever happens."""
     try:
-        with holding(lease), refresh.watching(lease):
+        with holding(lease), watchdog.watching(lease):
             yield
     finally:
         lease.release()
@@ -292,8 +290,8 @@ def on_revoked(sender: Any = None, request: Any = None, terminated: bool = False
         if not isinstance(ticket, str) or not ticket:
             continue
         try:
-            lease = handoff.lease_from_ticket(Lease, ticket)
-            if terminated or not handoff.adopted(lease):
+            lease = lease_from_ticket(Lease, ticket)
+            if terminated or not handoff.adopted(lease.keys, lease.identifier):
                 lease.release()
         except (HandoffError, SemaphoreBackendError) as exc:
             logger.warning("Could not give back the slot of revoked task %s: %s", request.id, exc)

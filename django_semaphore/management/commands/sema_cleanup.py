@@ -12,9 +12,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_semaphore import adhoc, discovery, monitor, semaphores
-from django_semaphore.exceptions import SemaphoreBackendError
-from django_semaphore.keys import name_hash
+from ... import semaphores
+from ...backend.keys import name_hash
+from ...engine import discovery
+from ...exceptions import SemaphoreBackendError
+from ...ops import monitor
+from ...runtime import adhoc
 
 
 class Command(BaseCommand):

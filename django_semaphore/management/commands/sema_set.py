@@ -21,9 +21,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_semaphore import monitor, semaphores
-from django_semaphore.exceptions import SemaphoreBackendError
-from django_semaphore.validation import MAX_LIMIT, MODES, limit_from_text
+from ... import semaphores
+from ...config.validation import MAX_LIMIT, MODES, limit_from_text
+from ...exceptions import SemaphoreBackendError
+from ...ops import monitor
 
 
 def parse_limit(text: str) -> int:

@@ -14,8 +14,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from django_semaphore import monitor, semaphores
-from django_semaphore.exceptions import SemaphoreBackendError
+from ... import semaphores
+from ...exceptions import SemaphoreBackendError
+from ...ops import monitor
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Collection[int] = ()) -> str:
@@ -84,7 +85,7 @@ class Command(BaseCommand):
             self.stdout.write("")
             self.stdout.write(self.holders(views[0]))
 
-    def summary(self, views: list[monitor.SemaphoreView]) -> str:
+    def summary(self, views: list[monitor.SemaphoreSummary]) -> str:
         rows: list[list[object]] = []
         for view in views:
             name = self.shown_name(view)
@@ -104,7 +105,7 @@ class Command(BaseCommand):
         return format_table(headers, rows, right={2, 3, 4, 5})
 
     @staticmethod
-    def shown_name(view: monitor.SemaphoreView) -> str:
+    def shown_name(view: monitor.SemaphoreSummary) -> str:
         """The name for a table cell: an ad-hoc semaphore's (made in code, perhaps from
         data) on one line, and cut."""
         if not view.ad_hoc:
@@ -113,7 +114,7 @@ class Command(BaseCommand):
         return name if len(name) <= 60 else name[:59] + "…"
 
     @staticmethod
-    def source(view: monitor.SemaphoreView) -> str:
+    def source(view: monitor.SemaphoreSummary) -> str:
         """Where the limit in force comes from, with what settings say when they are overridden."""
         if view.ad_hoc:
             return "ad hoc"
@@ -125,7 +126,7 @@ class Command(BaseCommand):
             return f"adaptive [{low}, {high}]{probing}"
         return view.source
 
-    def holders(self, view: monitor.SemaphoreView) -> str:
+    def holders(self, view: monitor.SemaphoreSummary) -> str:
         now = timezone.now()
         blocks = []
         for partition in view.partitions:

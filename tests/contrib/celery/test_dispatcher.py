@@ -8,7 +8,7 @@ pytest.importorskip("celery")
 
 from django_semaphore import Semaphore
 from django_semaphore.contrib.celery import dispatcher, parking, store
-from django_semaphore.lease import Lease
+from django_semaphore.engine.semaphore import Lease
 from tests.contrib.celery.support import Outbox, message
 from tests.helpers import wait_until
 

@@ -10,9 +10,10 @@ from celery import Celery
 from celery.app.task import Context
 from celery.exceptions import Ignore
 
-from django_semaphore import Semaphore, SemaphoreFull, guards
+from django_semaphore import Semaphore, SemaphoreFull
 from django_semaphore.contrib import celery as sc
 from django_semaphore.contrib.celery import parking, task
+from django_semaphore.engine import guards
 from tests.contrib.celery.support import Outbox
 
 pytestmark = pytest.mark.usefixtures("backend")

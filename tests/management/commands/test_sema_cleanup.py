@@ -8,8 +8,10 @@ import threading
 import pytest
 from django.core.management import CommandError
 
-from django_semaphore import Semaphore, adhoc, conf, semaphores, stats
-from django_semaphore.keys import adhoc_key, name_hash
+from django_semaphore import Semaphore, semaphores
+from django_semaphore.backend.keys import adhoc_key, name_hash
+from django_semaphore.config import settings as conf
+from django_semaphore.runtime import adhoc, stats
 from tests.helpers import run_command, wait_until_expired
 from tests.servers import free_port
 

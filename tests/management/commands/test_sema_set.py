@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_semaphore import semaphores, signals
-from django_semaphore.control import Effective
-from django_semaphore.keys import control_key
+from django_semaphore.backend.keys import control_key
+from django_semaphore.runtime.control import Effective
 from tests.helpers import HOSTILE_LIMIT_TEXTS
 
 # Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py).

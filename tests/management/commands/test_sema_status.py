@@ -3,7 +3,8 @@
 import pytest
 from django.core.management import CommandError
 
-from django_semaphore import Semaphore, adhoc, semaphores, stats
+from django_semaphore import Semaphore, semaphores
+from django_semaphore.runtime import adhoc, stats
 from tests.helpers import run_command
 
 # Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py),

@@ -1,0 +1,207 @@
+"""The Redis clients: a django-redis alias, a URL, or a cluster.
+
+One sync client per process (redis-py clients are thread-safe and pool their
+connections), one asyncio client per event loop (asyncio connections belong
+to the loop that opened them).  Both caches are dropped when a SEMAPHORE_*
+setting or CACHES changes (``setting_changed``), so the next call checks the
+settings again and talks to the server they name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import redis
+import redis.asyncio
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ..config import settings
+
+# Short enough that an unreachable server fails in seconds; a stale pooled
+# connection (after a Redis restart) is retried once on a fresh one.
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "socket_connect_timeout": 1.0,
+    "socket_timeout": 2.0,
+    "health_check_interval": 0,
+}
+
+_lock = threading.Lock()
+_sync_client: Any = None
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+_ASYNC_KWARGS = (
+    "host",
+    "port",
+    "db",
+    "username",
+    "password",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "socket_keepalive",
+    "socket_keepalive_options",
+    "client_name",
+    "encoding",
+    "encoding_errors",
+    "ssl_keyfile",
+    "ssl_certfile",
+    "ssl_cert_reqs",
+    "ssl_ca_certs",
+    "ssl_ca_data",
+    "ssl_check_hostname",
+)
+
+
+def reset() -> None:
+    """Forget the cached clients (settings changed, or after fork in tests)."""
+    global _sync_client
+    with _lock:
+        _sync_client = None
+        _async_clients.clear()
+
+
+@receiver(setting_changed)
+def _reset_on_change(*, setting: str, **kwargs: Any) -> None:
+    # Any SEMAPHORE_* setting, not only SEMAPHORE_REDIS: a client is built only
+    # after settings.check_global() passed, and so it stays true of the current settings.
+    if setting in settings.DEFAULTS or setting == "CACHES":
+        reset()
+
+
+def _url_options(value: dict[str, Any], retry_class: Any = Retry) -> dict[str, Any]:
+    options = {**DEFAULT_OPTIONS, **value.get("OPTIONS", {})}
+    # An asyncio client needs redis.asyncio's Retry: given the sync one it
+    # silently never retries, and the first call after a restart fails.
+    # Only a dropped connection is retried (a stale pooled one after a
+    # restart fails at once); a timeout is not, so an unresponsive server
+    # fails the call within one socket timeout, not two.
+    options.setdefault("retry", retry_class(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)))
+    return options
+
+
+def _build_sync(value: str | dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        from django_redis import get_redis_connection
+
+        return get_redis_connection(value)
+    options = _url_options(value)
+    if value.get("CLUSTER"):
+        options.pop("health_check_interval", None)
+        return redis.cluster.RedisCluster.from_url(value["URL"], **options)
+    return redis.Redis.from_url(value["URL"], **options)
+
+
+def get_client() -> Any:
+    """The sync redis-py client for SEMAPHORE_REDIS (cached per process)."""
+    global _sync_client
+    client = _sync_client
+    if client is None:
+        settings.check_global()
+        with _lock:
+            if _sync_client is None:
+                _sync_client = _build_sync(settings.setting("SEMAPHORE_REDIS"))
+            client = _sync_client
+    return client
+
+
+def _async_from_sync(sync_client: Any) -> Any:
+    """An asyncio client speaking to the same server as a django-redis client."""
+    pool = sync_client.connection_pool
+    manager = getattr(pool, "sentinel_manager", None)
+    if manager is not None:
+        from redis.asyncio.sentinel import Sentinel
+
+        sentinels = [
+            (s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
+            for s in manager.sentinels
+        ]
+        kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
+        for k in ("host", "port"):
+            kwargs.pop(k, None)
+        return Sentinel(sentinels, sentinel_kwargs=manager.sentinel_kwargs, **kwargs).master_for(  # type: ignore[no-untyped-call]
+            pool.service_name
+        )
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
+    if "path" in pool.connection_kwargs:
+        kwargs["unix_socket_path"] = pool.connection_kwargs["path"]
+    if issubclass(pool.connection_class, redis.SSLConnection):
+        kwargs["ssl"] = True
+    kwargs["retry"] = AsyncRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
+    return redis.asyncio.Redis(**kwargs)
+
+
+def _build_async(value: str | dict[str, Any]) -> Any:
+    if isinstance(value, str):
+        return _async_from_sync(get_client())
+    options = _url_options(value, AsyncRetry)
+    if value.get("CLUSTER"):
+        options.pop("health_check_interval", None)
+        return redis.asyncio.cluster.RedisCluster.from_url(value["URL"], **options)
+    return redis.asyncio.Redis.from_url(value["URL"], **options)
+
+
+def get_async_client() -> Any:
+    """The asyncio client for SEMAPHORE_REDIS on the running event loop."""
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        settings.check_global()
+        client = _async_clients[loop] = _build_async(settings.setting("SEMAPHORE_REDIS"))
+    return client
+
+
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
+
+
+def server_name(client: Any) -> str:
+    """A short description of the server a client talks to, for error messages."""
+    try:
+        if is_cluster(client):
+            nodes = client.get_nodes() if hasattr(client, "get_nodes") else []
+            return "cluster " + ",".join(f"{n.host}:{n.port}" for n in nodes[:3])
+        kwargs = client.connection_pool.connection_kwargs
+        if "path" in kwargs:
+            return f"unix:{kwargs['path']}"
+        if "unix_socket_path" in kwargs:
+            return f"unix:{kwargs['unix_socket_path']}"
+        service = getattr(client.connection_pool, "service_name", None)
+        if service:
+            return f"sentinel service {service}"
+        return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+    except Exception:
+        return "redis"
+
+
+def socket_timeout(client: Any) -> float | None:
+    """The client's read timeout in seconds, or None if it has none."""
+    try:
+        if is_cluster(client):
+            client = client.get_default_node().redis_connection
+        timeout: float | None = client.connection_pool.connection_kwargs.get("socket_timeout")
+        return timeout
+    except Exception:
+        return None
+
+
+def scan_iter(client: Any, match: str, count: int = 1000) -> Iterator[bytes]:
+    """SCAN on every primary (cluster) or on the one server; never KEYS."""
+    if is_cluster(client):
+        for node in client.get_primaries():
+            yield from node.redis_connection.scan_iter(match=match, count=count)
+        return
+    yield from client.scan_iter(match=match, count=count)
+
+
+async def ascan_iter(client: Any, match: str, count: int = 1000) -> AsyncIterator[bytes]:
+    """The asyncio twin of :func:`scan_iter`."""
+    # On a cluster, redis-py sends SCAN to every primary and follows each cursor.
+    async for key in client.scan_iter(match=match, count=count):
+        yield key

@@ -1,0 +1,112 @@
+"""Finding the partitions of semaphores in Redis: one SCAN walk, one error policy.
+
+A partition exists in Redis while its timeout ZSET does, so partitions are
+found by their timeout keys under SEMAPHORE_KEY_PREFIX, with SCAN on every
+primary (:func:`django_semaphore.backend.connection.scan_iter`), never KEYS.  SCAN may
+return a key more than once: every partition is given once.  A Redis error
+becomes :class:`~django_semaphore.SemaphoreBackendError` through the driver
+(:func:`django_semaphore.backend.scripting.backend_error`, which sends
+``backend_failed``), as for any other Redis call.
+
+Everything that lists partitions goes through here:
+:meth:`Semaphore.partitions <django_semaphore.Semaphore.partitions>` and
+its async twin, ``purge_expired``, the admin and ``sema_status``
+(:mod:`~django_semaphore.ops.monitor`), the metrics' gauges and ``sema_cleanup``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from redis.exceptions import RedisError
+
+from ..backend import connection
+from ..backend.keys import PartitionKeys, name_hash, timeouts_pattern
+from ..backend.scripting import Client, backend_error
+from ..config import settings
+
+
+@dataclass
+class Found:
+    """The partitions in Redis of one semaphore, configured or not."""
+
+    name: str  # the semaphore's name, or the key slug of one that is not configured
+    configured: bool  # in SEMAPHORES now
+    partitions: list[PartitionKeys] = field(default_factory=list)
+
+
+def walk(client: Client, pattern: str) -> Iterator[PartitionKeys]:
+    """The partitions whose timeout key matches ``pattern`` (each once), on a sync client."""
+    seen: set[str] = set()
+    try:
+        for raw in connection.scan_iter(client, pattern):
+            keys = PartitionKeys.from_timeouts_key(raw)
+            if keys.base not in seen:
+                seen.add(keys.base)
+                yield keys
+    except RedisError as exc:
+        raise backend_error(client, exc) from exc
+
+
+async def awalk(client: Client, pattern: str) -> AsyncIterator[PartitionKeys]:
+    """The asyncio twin of :func:`walk`."""
+    seen: set[str] = set()
+    try:
+        async for raw in connection.ascan_iter(client, pattern):
+            keys = PartitionKeys.from_timeouts_key(raw)
+            if keys.base not in seen:
+                seen.add(keys.base)
+                yield keys
+    except (RedisError, OSError) as exc:  # asyncio connections can raise OSError unwrapped
+        raise backend_error(client, exc) from exc
+
+
+def _pattern(name: str | None = None, name_digest: str | None = None) -> str:
+    return timeouts_pattern(settings.setting("SEMAPHORE_KEY_PREFIX"), name, name_digest)
+
+
+def partitions(name: str, name_digest: str | None = None) -> list[PartitionKeys]:
+    """Every partition of semaphore ``name`` with keys in Redis.
+
+    ``name_digest``: the name's digest when ``name`` is only its start (an
+    ad-hoc semaphore's long name as the registry keeps it).
+    """
+    return list(walk(connection.get_client(), _pattern(name, name_digest)))
+
+
+async def apartitions(name: str) -> list[PartitionKeys]:
+    """The asyncio twin of :func:`partitions`."""
+    return [keys async for keys in awalk(connection.get_async_client(), _pattern(name))]
+
+
+def partition(name: str, key_hash: str, name_digest: str | None = None) -> PartitionKeys:
+    """The keys of semaphore ``name``'s partition ``key_hash`` (``_`` or a key
+    digest, as the admin's forms give it); ValueError if malformed.
+    ``name_digest``: as for :func:`partitions`."""
+    return PartitionKeys.for_hash(settings.setting("SEMAPHORE_KEY_PREFIX"), name, key_hash, name_digest)
+
+
+def find(names: Iterable[str] | None = None) -> list[Found]:
+    """Partitions in Redis under SEMAPHORE_KEY_PREFIX, grouped by semaphore, with one SCAN.
+
+    ``names``: those semaphores only (configured or ad-hoc), in that order.
+    Otherwise every configured semaphore (in settings order, with or without
+    keys) followed by every semaphore found under the prefix that is not (or
+    no longer) configured, named by its key slug.
+    """
+    configured = settings.names()
+    wanted = configured if names is None else list(dict.fromkeys(names))
+    if names is not None and not wanted:
+        return []
+    groups = {name_hash(name): Found(name, name in configured) for name in wanted}
+    # One name: SCAN matches its keys only. Several: one walk over the prefix.
+    pattern = _pattern(wanted[0]) if names is not None and len(wanted) == 1 else _pattern()
+    for keys in walk(connection.get_client(), pattern):
+        group = groups.get(keys.name_digest)
+        if group is None:
+            if names is not None:
+                continue
+            group = groups[keys.name_digest] = Found(keys.slug, False)
+        group.partitions.append(keys)
+    return list(groups.values())

@@ -1,0 +1,171 @@
+"""Reading a partition: its live holders, its figures, and purging what expired.
+
+The three operations run one script each (``status.lua``, ``holders.lua``,
+``purge.lua``) whatever the algorithm, since all of them share one key layout.
+
+One clock: an entry is judged by the clock that wrote it.  "lua" writes
+expiries on the server's clock, so its scripts read TIME; the Redis in Action
+variants write them on the client's clock, so the client's now is passed in
+(the scripts' optional ARGV; see :meth:`Algorithm.clock
+<django_semaphore.engine.algorithms.base.Algorithm.clock>`).  For a semaphore whose
+algorithm is unknown (no longer in SEMAPHORES), :func:`purge` takes the earlier
+of the two clocks: an entry is removed only once it has ended on both, so
+whoever wrote it, no live holder is evicted as long as the clocks of the app
+servers agree with each other.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any, NamedTuple
+
+from ..backend.keys import PartitionKeys
+from ..backend.scripting import LuaScript, Operation, Script
+from .algorithms import Algorithm
+from .algorithms.base import as_int, client_ms, parse_slots, retry_after_seconds
+
+STATUS = LuaScript("status")
+HOLDERS = LuaScript("holders")
+PURGE = LuaScript("purge")
+WAITERS = LuaScript("waiters")
+
+
+def to_datetime(ms: float) -> datetime.datetime:
+    """An aware UTC datetime from milliseconds since the epoch."""
+    return datetime.datetime.fromtimestamp(ms / 1000.0, tz=datetime.UTC)
+
+
+class Holder(NamedTuple):
+    """One live holder of a semaphore, as read from Redis."""
+
+    identifier: str
+    token: int
+    acquired_at: datetime.datetime | None  # None only for a malformed record
+    expires_at: datetime.datetime
+    meta: dict[str, Any]
+    permits: int = 1  # how many of the limit it holds
+    slots: tuple[int, ...] = ()  # its slot numbers (SLOTS True; empty otherwise)
+
+
+class Waiter(NamedTuple):
+    """One caller queued for a slot ("lua"), as read from Redis."""
+
+    identifier: str
+    priority: int  # higher is served first
+    permits: int  # how many permits it waits for
+    since: datetime.datetime  # when it queued (its ticket, server time)
+    meta: dict[str, Any]
+
+
+class PartitionStatus(NamedTuple):
+    """Figures of one partition, read at one instant of server time."""
+
+    key_hash: str
+    limit: int
+    in_use: int  # permits held by live holders
+    waiting: int
+    retry_after: int  # seconds until the earliest lease ends (0 if none held)
+    holders: int = -1  # live holders (-1: not read)
+
+    @property
+    def free(self) -> int:
+        """Free permits: the limit minus the permits held, never below 0."""
+        return max(0, self.limit - self.in_use)
+
+
+def status(
+    keys: PartitionKeys, algorithm: Algorithm, limit: int, timeout: float
+) -> Operation[PartitionStatus]:
+    """The :class:`PartitionStatus` of one partition of a semaphore of ``limit`` and ``timeout``.
+
+    Holders are counted on the clock ``algorithm`` writes expiries with;
+    waiters always on the server's.
+    """
+    now_ms, used, waiters, earliest, live = yield Script(STATUS, keys.main, (algorithm.clock(),))
+    retry = retry_after_seconds(earliest - now_ms, timeout) if earliest >= 0 else 0
+    return PartitionStatus(keys.key_digest, limit, used, waiters, retry, live)
+
+
+def holders(keys: PartitionKeys, algorithm: Algorithm) -> Operation[list[Holder]]:
+    """The live holders of one partition, in token order (oldest first).
+
+    Live on the clock ``algorithm`` writes expiries with.
+    """
+    reply = yield Script(HOLDERS, keys.main, (algorithm.clock(),))
+    result = [_parse_holder(*reply[i : i + 5]) for i in range(1, len(reply), 5)]
+    # The owner ZSET scores are doubles: beyond 2**53 neighbouring tokens
+    # can share a score, so the exact tokens settle the order.
+    result.sort(key=lambda holder: holder.token)
+    return result
+
+
+def waiters(keys: PartitionKeys) -> Operation[list[Waiter]]:
+    """The waiters of one partition in serving order (priority, then arrival), with
+    live tickets only ("lua")."""
+    reply = yield Script(WAITERS, keys.main, ())
+    return [_parse_waiter(*reply[i : i + 5]) for i in range(1, len(reply), 5)]
+
+
+def _parse_waiter(identifier: Any, ticket: Any, record: Any, priority: Any, permits: Any) -> Waiter:
+    text = record.decode("utf-8", "replace") if isinstance(record, bytes) else str(record)
+    text = (text.split(":", 2) + ["", "", ""])[2]  # "ticket:permits:meta json"
+    meta: Any
+    try:
+        meta = json.loads(text) if text else {}
+    except ValueError:
+        meta = {"raw": text}
+    number = ticket.decode() if isinstance(ticket, bytes) else str(ticket)
+    try:
+        since = to_datetime(float(number) / 1000.0)  # ticket numbers are server microseconds
+    except ValueError:
+        since = to_datetime(0)
+    return Waiter(
+        identifier.decode() if isinstance(identifier, bytes) else str(identifier),
+        as_int(priority),
+        as_int(permits),
+        since,
+        meta if isinstance(meta, dict) else {"raw": meta},
+    )
+
+
+def _parse_holder(identifier: Any, expires_ms: Any, record: Any, slots: Any, permits: Any) -> Holder:
+    """A :class:`Holder` from its identifier, expiry, ``token:acquired_ms:meta json``
+    record, slot numbers (``3,5``; empty without SLOTS and for the Redis in
+    Action variants) and permits.
+
+    A malformed record still gives a Holder (token 0, no acquired_at, the
+    unparsable meta under ``"raw"``): the admin shows what is there.
+    """
+    numbers = parse_slots(slots)
+    text = record.decode("utf-8", "replace") if isinstance(record, bytes) else record
+    token, acquired, raw_meta = (text.split(":", 2) + ["", "", ""])[:3]
+    meta: Any
+    try:
+        meta = json.loads(raw_meta) if raw_meta else {}
+    except ValueError:
+        meta = {"raw": raw_meta}
+    return Holder(
+        identifier.decode() if isinstance(identifier, bytes) else identifier,
+        int(token) if token.isdigit() else 0,
+        to_datetime(int(acquired)) if acquired.isdigit() else None,
+        to_datetime(int(expires_ms)),
+        meta,
+        max(1, as_int(permits)),
+        numbers,
+    )
+
+
+def purge(keys: PartitionKeys, algorithm: Algorithm | None, dry_run: bool = False) -> Operation[int]:
+    """Remove (or with ``dry_run`` count) the expired entries of one partition.
+
+    Expired on the clock ``algorithm`` writes expiries with; ``None`` (the
+    algorithm is not known: a semaphore no longer configured) takes the
+    earlier of the client's and the server's clock.
+    """
+    if algorithm is None:
+        now, earlier = f"{client_ms():.3f}", "1"
+    else:
+        now, earlier = algorithm.clock(), ""
+    removed: int = yield Script(PURGE, keys.main, ("1" if dry_run else "0", now, earlier))
+    return removed

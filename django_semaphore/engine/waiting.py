@@ -1,0 +1,151 @@
+"""Waiting for a slot: by priority, then first come, first served.
+
+A caller that may wait takes a ticket in the partition's queue (a ZSET
+ordered by priority, then server time of arrival) inside the acquire script
+itself, then blocks on its own wake-up list with BLPOP.  When permits come
+free, the script that frees them (release, abandon) picks the first waiters
+whose permits fit together (the first that does not fit blocks those behind
+it: a large request is not starved by small ones), and the operation pushes
+to their lists, so freed permits reach the next waiters in one push, not at
+the next poll.  With MAX_WAITERS, a caller that would queue behind that many
+waiters is refused at once (:attr:`Refused.queue_full
+<django_semaphore.engine.algorithms.base.Refused.queue_full>`).
+
+A woken waiter gets a short claim window (``CLAIM_MS`` in the scripts, 0.5 s)
+instead of the rest of its ticket: a live one comes back within milliseconds
+and takes the slot; a dead one (a crashed process) is dropped when the window
+ends, and the waiters behind it take over.  Nothing pushes a wake-up when a
+lease expires or a claim window ends, so a waiter's BLPOP is capped by the
+``recheck_ms`` its last refusal reported (the earliest of those moments), and
+the waiters next in line (fewer than two rounds of LIMIT ahead) also look
+again every ``NEAR_HEARTBEAT``; an acquire that finds a slot free which a
+waiter ahead is entitled to wakes that waiter (its claim window starts), so a
+dead waiter delays the next by about a claim window, not a whole ticket.
+
+A waiter renews its ticket every time it loops (at least every ``HEARTBEAT``
+seconds); a crashed waiter's ticket expires after ``TICKET_MS`` at the latest.
+A waiter that was dropped while it was only slow (stopped, swapped out) comes
+back to its place in the queue: it passes the ticket number it was given.
+
+Algorithms without a queue (the Redis in Action variants) wait by polling.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..backend.connection import socket_timeout
+from ..backend.keys import PartitionKeys
+from ..backend.scripting import Client, Command, Operation, Sleep
+from .algorithms import Algorithm, Granted, Outcome, Refused
+
+HEARTBEAT = 1.0  # seconds: longest BLPOP before a waiter renews its ticket
+NEAR_HEARTBEAT = 0.5  # seconds: the same for the waiters next in line
+TICKET_MS = 3000  # a ticket not renewed within this is abandoned
+POLL = 0.05  # seconds between attempts for algorithms without a queue
+MIN_BLOCK = 0.001  # BLPOP 0 would block forever
+
+
+def _block_for(client: Client, remaining: float, outcome: Refused, limit: int) -> float:
+    """How long to block on the wake-up list after the refusal ``outcome``."""
+    recheck_ms = outcome.retry_after_ms if outcome.recheck_ms is None else outcome.recheck_ms
+    # A waiter with others ahead of it, but fewer than two rounds of slots,
+    # takes over if one of those dies: it must notice within about a second.
+    heartbeat = NEAR_HEARTBEAT if 0 < outcome.ahead < 2 * limit else HEARTBEAT
+    timeout = min(remaining, recheck_ms / 1000.0 + 0.001, heartbeat)
+    read_timeout = socket_timeout(client)
+    if read_timeout:
+        timeout = min(timeout, read_timeout / 2)
+    return max(timeout, MIN_BLOCK)
+
+
+def _claim(
+    algorithm: Algorithm, keys: PartitionKeys, timeout_ms: int, identifier: str, granted: Granted
+) -> Operation[Granted | None]:
+    """Turn the claim lease a release granted (half a second) into a lease of the
+    caller's own TIMEOUT: its first refresh.  None if the claim ran out first."""
+    expires = yield from algorithm.refresh(keys, timeout_ms, identifier)
+    if expires is None:
+        return None
+    granted.expires_ms = int(expires)
+    return granted
+
+
+def wait_ops(
+    algorithm: Algorithm,
+    keys: PartitionKeys,
+    limit: int,
+    timeout_ms: int,
+    identifier: str,
+    meta_json: str,
+    wait: float,
+    client: Client,
+    limit_of: Callable[[], int] | None = None,
+    permits: int = 1,
+    priority: int = 0,
+    max_waiters: int | None = None,
+    on_queued: Callable[[], None] | None = None,
+    slots: bool = False,
+) -> Operation[Outcome]:
+    """One acquire that may wait ``wait`` seconds, as a generator of requests;
+    returns the last outcome.  ``client`` is the one the operation runs on
+    (its read timeout caps a blocking wait).  ``limit_of`` gives the limit in
+    force at each attempt (a runtime override may change it while a caller
+    waits); without it, ``limit`` throughout.  ``permits``, ``priority`` and
+    ``max_waiters`` and ``slots`` as for :meth:`Algorithm.acquire
+    <django_semaphore.engine.algorithms.base.Algorithm.acquire>`; a caller refused
+    because the queue is full returns at once.  ``on_queued`` is called once,
+    before the first wait (the caller had to queue)."""
+    deadline = time.monotonic() + wait
+    ticket_ms = TICKET_MS if algorithm.queues else 0
+    ticket = ""  # our place in the queue, once we have one
+    while True:
+        if limit_of is not None:
+            limit = limit_of()
+        outcome = yield from algorithm.acquire(
+            keys,
+            limit,
+            timeout_ms,
+            identifier,
+            meta_json,
+            ticket_ms,
+            ticket,
+            permits=permits,
+            priority=priority,
+            max_waiters=max_waiters,
+            slots=slots,
+        )
+        if isinstance(outcome, Granted):
+            outcome.ticket = ticket
+            if ticket and outcome.expires_ms - outcome.acquired_ms != timeout_ms:
+                # Granted by a release while it looked away: a claim lease to make its own.
+                claimed = yield from _claim(algorithm, keys, timeout_ms, identifier, outcome)
+                if claimed is not None:
+                    return claimed
+                continue  # too late: back to its place in the queue
+            return outcome
+        if outcome.queue_full:  # not queued: nothing to abandon
+            return outcome
+        ticket = outcome.ticket or ticket
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        if on_queued is not None:
+            on_queued()
+            on_queued = None
+        if algorithm.queues:
+            timeout = _block_for(client, remaining, outcome, limit)
+            woken = yield Command(("BLPOP", keys.wake(identifier), timeout))
+            granted = algorithm.grant_from(woken[1], permits, slots) if woken else None
+            if granted is not None:  # a release granted it the permits (direct grant)
+                granted.ticket = ticket
+                claimed = yield from _claim(algorithm, keys, timeout_ms, identifier, granted)
+                if claimed is not None:
+                    return claimed
+        else:
+            yield Sleep(max(MIN_BLOCK, min(remaining, POLL, outcome.retry_after_ms / 1000.0)))
+    if limit_of is not None:
+        limit = limit_of()
+    yield from algorithm.abandon(keys, limit, identifier)  # a no-op without a queue
+    return outcome

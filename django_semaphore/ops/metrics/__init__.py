@@ -1,0 +1,398 @@
+"""Prometheus metrics: ``pip install "django-semaphore[prometheus]"``.
+
+Once prometheus-client is installed, the app's ``ready()`` calls
+:func:`install`, which connects receivers to the signals of
+:mod:`django_semaphore.signals` (the only coupling to the rest of the app) and
+registers, in prometheus-client's default registry:
+
+=========================================== ========= =================================================
+metric                                      type      labels and meaning
+=========================================== ========= =================================================
+``django_semaphore_limit``                  gauge     ``semaphore``: LIMIT per partition, from settings
+``django_semaphore_effective_limit``        gauge     ``semaphore``: the limit in force (a runtime override's,
+                                                      else LIMIT); 0 while paused
+``django_semaphore_mode``                   gauge     ``semaphore``, ``mode``: 1 for the mode in force
+                                                      (enforce, dry_run, off), 0 for the others
+``django_semaphore_override``               gauge     ``semaphore``: 1 while a runtime override is in force
+``django_semaphore_holders``                gauge     ``semaphore``: live holders, all partitions
+``django_semaphore_partition_holders_max``  gauge     ``semaphore``: holders of the busiest partition
+``django_semaphore_waiting``                gauge     ``semaphore``: callers queueing for a slot
+``django_semaphore_partitions``             gauge     ``semaphore``: partitions with a holder or waiter
+``django_semaphore_up``                     gauge     1 if Redis answered this scrape, else 0
+``django_semaphore_acquisitions_total``     counter   ``semaphore``: slots granted
+``django_semaphore_refusals_total``         counter   ``semaphore``: callers refused (SemaphoreFull)
+``django_semaphore_dry_run_refusals_total`` counter   ``semaphore``: would-be refusals admitted in MODE
+                                                      "dry_run" (or "off", for a direct acquire)
+``django_semaphore_releases_total``         counter   ``semaphore``: leases released
+``django_semaphore_lost_leases_total``      counter   ``semaphore``: leases found lost
+``django_semaphore_backend_failures_total`` counter   ``server``: Redis failures
+``django_semaphore_wait_seconds``           histogram ``semaphore``, ``outcome`` (acquired/refused)
+=========================================== ========= =================================================
+
+The gauges are read from Redis at scrape time (one SCAN for every
+semaphore's partitions, then one status script per partition), so every
+process reports the same figures; the mode and effective limit come from the
+runtime control every process applies (:meth:`~django_semaphore.Semaphore.effective`).
+Counters and the histogram count what this process did; under a
+multi-process server set PROMETHEUS_MULTIPROC_DIR as prometheus-client
+documents, and :func:`metrics_view` aggregates them.
+
+Dry-run refusals are a counter fed by the ``refused`` signal (``dry_run=True``),
+like ``refusals_total``: Prometheus takes ``rate()`` / ``increase()`` over any
+window it likes, and compares the two series directly; the admin's
+five-minute figures (from :mod:`django_semaphore.runtime.stats`) would be a window
+inside a window.  A dry-run refusal does not count in ``refusals_total`` nor
+observe the wait histogram: the caller was admitted at once.
+
+Partition values are never labels (one per IP or user would explode the
+series); partitions are aggregated per semaphore.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+try:
+    import prometheus_client
+except ImportError as exc:  # pragma: no cover - the message is the point
+    raise ImportError(
+        'django_semaphore.metrics needs prometheus-client: pip install "django-semaphore[prometheus]"'
+    ) from exc
+
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.cache import never_cache
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from ... import signals
+from ...config.validation import MODES
+from ...engine import discovery
+from ...engine.semaphore import semaphores as configured_semaphores
+from ...exceptions import SemaphoreError
+
+if TYPE_CHECKING:
+    from ...engine.inspection import PartitionStatus
+    from ...engine.semaphore import Lease, Semaphore
+    from ...runtime.control import Effective
+
+__all__ = ["SemaphoreCollector", "install", "metrics_view", "track"]
+
+logger = logging.getLogger("django_semaphore")
+
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, float("inf"))
+
+_lock = threading.Lock()
+_tracked: dict[str, Semaphore] = {}  # ad-hoc semaphores seen in this process, by name
+MAX_AD_HOC = 100  # ad-hoc semaphore names reported one by one; the rest as OTHER
+OTHER = "_other"
+
+
+class _Metrics:
+    """The counters and histogram, created once per process in one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.acquisitions = Counter(
+            "django_semaphore_acquisitions",
+            "Slots granted.",
+            ["semaphore"],
+            registry=registry,
+        )
+        self.refusals = Counter(
+            "django_semaphore_refusals",
+            "Callers refused because no slot was free (SemaphoreFull).",
+            ["semaphore"],
+            registry=registry,
+        )
+        self.dry_run_refusals = Counter(
+            "django_semaphore_dry_run_refusals",
+            'Would-be refusals admitted because the semaphore runs in MODE "dry_run".',
+            ["semaphore"],
+            registry=registry,
+        )
+        self.releases = Counter(
+            "django_semaphore_releases",
+            "Leases released.",
+            ["semaphore"],
+            registry=registry,
+        )
+        self.lost = Counter(
+            "django_semaphore_lost_leases",
+            "Leases found lost (expired, purged or force-released) by a refresh or release.",
+            ["semaphore"],
+            registry=registry,
+        )
+        self.backend_failures = Counter(
+            "django_semaphore_backend_failures",
+            "Redis failures (SemaphoreBackendError), by server.",
+            ["server"],
+            registry=registry,
+        )
+        self.wait = Histogram(
+            "django_semaphore_wait_seconds",
+            "Seconds from asking for a slot to being granted or refused.",
+            ["semaphore", "outcome"],
+            buckets=WAIT_BUCKETS,
+            registry=registry,
+        )
+
+
+_metrics: _Metrics | None = None
+
+
+def _label(semaphore: Semaphore) -> str:
+    """The ``semaphore`` label: the name, for configured and tracked semaphores.
+
+    Ad-hoc semaphores beyond the first MAX_AD_HOC names (names made up at run
+    time, say one per user) share the label OTHER, so the series stay bounded.
+    """
+    name = semaphore.name
+    if semaphore.ad_hoc and name not in _tracked:
+        with _lock:
+            if len(_tracked) < MAX_AD_HOC:
+                # Remembered for the gauges too: ad-hoc semaphores are in no settings.
+                _tracked.setdefault(name, semaphore)
+            elif name not in _tracked:
+                return OTHER
+    return _printable(name)
+
+
+_printables: dict[str, str] = {}
+
+
+def _printable(name: str) -> str:
+    # A label must be valid UTF-8: escape lone surrogates and the like.
+    try:
+        return _printables[name]
+    except KeyError:
+        label = name.encode("utf-8", "backslashreplace").decode("utf-8")
+        if len(_printables) < 10 * MAX_AD_HOC:  # bounded: ad-hoc names are made up at run time
+            _printables[name] = label
+        return label
+
+
+class _Hot(NamedTuple):
+    """The labelled series every acquire and release updates, looked up once per label."""
+
+    acquisitions: Any
+    waited: Any
+    releases: Any
+
+
+_hot: dict[str, _Hot] = {}
+
+
+def _hot_series(label: str) -> _Hot:
+    try:
+        return _hot[label]
+    except KeyError:
+        assert _metrics is not None
+        series = _Hot(
+            _metrics.acquisitions.labels(label),
+            _metrics.wait.labels(label, "acquired"),
+            _metrics.releases.labels(label),
+        )
+        return _hot.setdefault(label, series)
+
+
+def _on_acquired(sender: Any, semaphore: Semaphore, lease: Lease, waited: float, **kwargs: Any) -> None:
+    series = _hot_series(_label(semaphore))
+    series.acquisitions.inc()
+    series.waited.observe(waited)
+
+
+def _on_refused(
+    sender: Any, semaphore: Semaphore, waited: float, dry_run: bool = False, **kwargs: Any
+) -> None:
+    assert _metrics is not None
+    label = _label(semaphore)
+    if dry_run:
+        _metrics.dry_run_refusals.labels(label).inc()
+        return
+    _metrics.refusals.labels(label).inc()
+    _metrics.wait.labels(label, "refused").observe(waited)
+
+
+def _on_released(sender: Any, semaphore: Semaphore, **kwargs: Any) -> None:
+    _hot_series(_label(semaphore)).releases.inc()
+
+
+def _on_lease_lost(sender: Any, semaphore: Semaphore, **kwargs: Any) -> None:
+    assert _metrics is not None
+    _metrics.lost.labels(_label(semaphore)).inc()
+
+
+def _on_backend_failed(sender: Any, server: str | None = None, **kwargs: Any) -> None:
+    assert _metrics is not None
+    _metrics.backend_failures.labels(server or "redis").inc()
+
+
+def track(*semaphores: Semaphore) -> None:
+    """Report the gauges of these ad-hoc semaphores too.
+
+    Configured semaphores (SEMAPHORES) are always reported, and an ad-hoc one
+    as soon as this process has used it (the first MAX_AD_HOC names); call
+    this for ad-hoc semaphores used only by other processes (e.g. Celery
+    workers), or beyond that bound.
+    """
+    with _lock:
+        for semaphore in semaphores:
+            _tracked[semaphore.name] = semaphore
+
+
+class SemaphoreCollector(Collector):
+    """Gauges read from Redis at scrape time: limits, mode, holders, waiting, partitions."""
+
+    def describe(self) -> Iterable[Metric]:
+        # Declared without samples, so that registering never talks to Redis.
+        return list(self._families())
+
+    def _families(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "django_semaphore_limit", "Slots per partition (LIMIT).", labels=["semaphore"]
+        )
+        yield GaugeMetricFamily(
+            "django_semaphore_effective_limit",
+            "Slots per partition in force: a runtime override's limit, else LIMIT (0: paused).",
+            labels=["semaphore"],
+        )
+        yield GaugeMetricFamily(
+            "django_semaphore_mode",
+            "1 for the mode in force (enforce, dry_run, off), 0 for the others.",
+            labels=["semaphore", "mode"],
+        )
+        yield GaugeMetricFamily(
+            "django_semaphore_override",
+            "1 while a runtime override (sema_set, the admin, override()) is in force, else 0.",
+            labels=["semaphore"],
+        )
+        yield GaugeMetricFamily(
+            "django_semaphore_holders", "Live holders, summed over partitions.", labels=["semaphore"]
+        )
+        yield GaugeMetricFamily(
+            "django_semaphore_partition_holders_max",
+            "Live holders of the busiest partition (compare with the limit).",
+            labels=["semaphore"],
+        )
+        yield GaugeMetricFamily(
+            "django_semaphore_waiting",
+            "Callers queueing for a slot, summed over partitions.",
+            labels=["semaphore"],
+        )
+        yield GaugeMetricFamily(
+            "django_semaphore_partitions", "Partitions with a holder or a waiter.", labels=["semaphore"]
+        )
+        yield GaugeMetricFamily("django_semaphore_up", "1 if Redis answered this scrape, else 0.")
+
+    def semaphores(self) -> list[Semaphore]:
+        """The semaphores reported: every configured one, then tracked ad-hoc ones."""
+        found: dict[str, Semaphore] = {}
+        for semaphore in configured_semaphores.all():
+            try:
+                semaphore.config  # noqa: B018 - skip entries the checks report as broken
+            except Exception:
+                continue
+            found[semaphore.name] = semaphore
+        with _lock:
+            for name, semaphore in _tracked.items():
+                found.setdefault(name, semaphore)
+        return list(found.values())
+
+    def collect(self) -> Iterable[Metric]:
+        limit, effective_limit, mode, override, holders, busiest, waiting, partitions, up = self._families()
+        try:
+            rows = read_partitions(self.semaphores())
+        except (SemaphoreError, ImproperlyConfigured) as exc:
+            # The scrape still answers (with up 0): the counters stay visible.
+            logger.warning("Semaphore gauges not read from Redis: %s", exc)
+            rows = None
+        for semaphore, effective, statuses in rows or ():
+            name = [_printable(semaphore.name)]
+            limit.add_metric(name, semaphore.config.limit)
+            effective_limit.add_metric(name, effective.limit)
+            for each in MODES:
+                mode.add_metric([*name, each], 1 if effective.mode == each else 0)
+            override.add_metric(name, 1 if effective.source == "override" else 0)
+            holders.add_metric(name, sum(s.in_use for s in statuses))
+            busiest.add_metric(name, max((s.in_use for s in statuses), default=0))
+            waiting.add_metric(name, sum(s.waiting for s in statuses))
+            partitions.add_metric(name, sum(1 for s in statuses if s.in_use or s.waiting))
+        up.add_metric([], 0 if rows is None else 1)
+        return [limit, effective_limit, mode, override, holders, busiest, waiting, partitions, up]
+
+
+def read_partitions(
+    semaphores: list[Semaphore],
+) -> list[tuple[Semaphore, Effective, list[PartitionStatus]]]:
+    """``(semaphore, effective, [PartitionStatus, ...])`` for each semaphore, with one SCAN for all.
+
+    The unpartitioned semaphore is always read; the partitions are those whose
+    keys Redis holds.  ``effective`` is the limit and mode in force.  Raises
+    SemaphoreBackendError if Redis fails.
+    """
+    found = {group.name: group.partitions for group in discovery.find(s.name for s in semaphores)}
+    rows = []
+    for semaphore in semaphores:
+        unpartitioned = semaphore.partition(None)
+        keys = [unpartitioned, *(k for k in found.get(semaphore.name, ()) if k.base != unpartitioned.base)]
+        rows.append((semaphore, semaphore.effective(), [semaphore.status(keys=k) for k in keys]))
+    return rows
+
+
+def install(registry: CollectorRegistry | None = None) -> None:
+    """Create the metrics in ``registry`` (default: prometheus-client's) and connect the signals.
+
+    Called by the app's ``ready()`` when prometheus-client is installed; a
+    second call does nothing.
+    """
+    global _metrics
+    with _lock:
+        if _metrics is not None:
+            return
+        registry = registry or prometheus_client.REGISTRY
+        # The collector first: a scrape that fails to read Redis counts that
+        # failure in the counters it reports.
+        registry.register(SemaphoreCollector())
+        _metrics = _Metrics(registry)
+    signals.acquired.connect(_on_acquired, dispatch_uid="django_semaphore.metrics.acquired")
+    signals.refused.connect(_on_refused, dispatch_uid="django_semaphore.metrics.refused")
+    signals.released.connect(_on_released, dispatch_uid="django_semaphore.metrics.released")
+    signals.lease_lost.connect(_on_lease_lost, dispatch_uid="django_semaphore.metrics.lease_lost")
+    signals.backend_failed.connect(_on_backend_failed, dispatch_uid="django_semaphore.metrics.backend_failed")
+
+
+def scrape_registry() -> CollectorRegistry:
+    """The registry the scrape view serves.
+
+    The default registry, or, under prometheus-client's multi-process mode
+    (PROMETHEUS_MULTIPROC_DIR), a fresh one aggregating every process's
+    counters plus the Redis gauges.
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        registry.register(SemaphoreCollector())
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return registry
+    install()
+    assert _metrics is not None
+    return _metrics.registry
+
+
+@never_cache
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """The Prometheus scrape endpoint (text format, or OpenMetrics if asked for).
+
+    Not protected: route it where only your Prometheus can reach it, or wrap
+    it, e.g. ``path("metrics/", staff_member_required(metrics_view))``.
+    """
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    return HttpResponse(encoder(scrape_registry()), content_type=content_type)

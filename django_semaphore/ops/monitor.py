@@ -1,0 +1,507 @@
+"""Read-only overviews of the semaphores in Redis, for the admin and the commands.
+
+Nothing here writes to Redis except :func:`cleanup`, which only runs the
+purge script (expired entries only, never a live holder).  Partitions are
+found by :mod:`~django_semaphore.engine.discovery` (SCAN on every primary, never KEYS).
+Beside the partitions, a summary carries the semaphore's runtime control (the
+effective limit and mode, and whether they come from settings or an
+override) and its figures of the last five minutes from
+:mod:`~django_semaphore.runtime.stats` (every process's, flushed to Redis): all read
+when an overview is asked for, never on the acquire path.
+
+Beside the configured semaphores, the overviews list the ad-hoc ones
+(``Semaphore(name, limit=...)``, no SEMAPHORES entry) that have live
+partitions, with the limit and timeout that the processes using them
+recorded (:mod:`~django_semaphore.runtime.adhoc`): ``SemaphoreSummary.ad_hoc``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+
+from ..backend import connection
+from ..backend.keys import UNPARTITIONED, PartitionKeys
+from ..backend.scripting import run
+from ..config import key_functions, settings
+from ..config.validation import SemaphoreConfig
+from ..engine import discovery, inspection
+from ..engine.algorithms import ALGORITHMS, Algorithm
+from ..engine.discovery import Found
+from ..engine.inspection import Holder, Waiter
+from ..engine.semaphore import Semaphore
+from ..runtime import adaptive, adhoc, stats
+from ..runtime.control import Effective
+from ..runtime.stats import Recent
+
+#: How many partitions of one semaphore an overview reads (busiest first).
+MAX_PARTITIONS = 100
+#: Waiters listed per partition on a semaphore's page (serving order).
+MAX_WAITERS_SHOWN = 50
+#: Ad-hoc semaphores an overview of every semaphore reads (by name).
+MAX_AD_HOC = 100
+
+
+def describe_key(config: SemaphoreConfig) -> str:
+    """How a semaphore is partitioned, in words ("" for one semaphore)."""
+    key = config.key
+    if key is None:
+        return ""
+    if key is key_functions.by_ip:
+        return "per IP"
+    if key is key_functions.by_user:
+        return "per user"
+    if isinstance(key, key_functions.ByHeader):
+        return f"per {key.header} header"
+    return "per " + getattr(key, "__qualname__", getattr(key, "__name__", type(key).__name__))
+
+
+@dataclass
+class PartitionSummary:
+    """One partition's figures and (optionally) its holders, at one moment."""
+
+    name: str
+    key_hash: str
+    label: str
+    limit: int
+    in_use: int
+    waiting: int
+    retry_after: int
+    holders: list[Holder] = field(default_factory=list)
+    waiters: list[Waiter] = field(default_factory=list)
+
+    @property
+    def free(self) -> int:
+        return max(0, self.limit - self.in_use)
+
+    @property
+    def unpartitioned(self) -> bool:
+        return self.key_hash == UNPARTITIONED
+
+    @property
+    def utilisation(self) -> int:
+        """Percentage of the slots in use (0-100)."""
+        return min(100, round(100 * self.in_use / self.limit)) if self.limit else 0
+
+    @property
+    def level(self) -> str:
+        """ "idle", "low", "high" or "full": how close the partition is to its limit."""
+        if self.in_use == 0:
+            return "idle"
+        if self.in_use >= self.limit:
+            return "full"
+        return "high" if self.utilisation >= 75 else "low"
+
+    def as_dict(self, now: datetime.datetime | None = None, holders: bool = False) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "partition": self.key_hash,
+            "label": self.label,
+            "limit": self.limit,
+            "in_use": self.in_use,
+            "free": self.free,
+            "waiting": self.waiting,
+            "utilisation": self.utilisation,
+        }
+        if holders:
+            data["holders"] = [holder_dict(h, now) for h in self.holders]
+            data["waiters"] = [waiter_dict(w, now) for w in self.waiters]
+        return data
+
+
+@dataclass
+class SemaphoreSummary:
+    """A semaphore (configured, or ad hoc) and its partitions (busiest first)."""
+
+    name: str
+    limit: int = 0  # the limit in force (an override's, else LIMIT)
+    timeout: float = 0
+    algorithm: str = ""
+    partitioned_by: str = ""
+    partitions: list[PartitionSummary] = field(default_factory=list)
+    hidden: int = 0  # partitions not read (beyond MAX_PARTITIONS)
+    error: str = ""
+    mode: str = ""  # the mode in force
+    source: str = ""  # where the limit comes from: "settings", "override" or "adaptive"
+    settings_limit: int = 0  # LIMIT and MODE as settings have them
+    settings_mode: str = ""
+    recent: Recent | None = None  # the last five minutes, every process
+    adaptive_bounds: tuple[int, int] | None = None  # ADAPTIVE's (MIN, MAX); None: not adaptive
+    adaptive: adaptive.State | None = None  # the controller's state (None before its first window)
+    # Not in SEMAPHORES: an ad-hoc semaphore, as recorded by the processes that use it.
+    ad_hoc: bool = False
+    # What names it in URLs and commands: the name (an ad-hoc semaphore's digest if its name was cut).
+    ident: str = ""
+
+    def __post_init__(self) -> None:
+        self.ident = self.ident or self.name
+
+    @property
+    def in_use(self) -> int:
+        return sum(p.in_use for p in self.partitions)
+
+    @property
+    def waiting(self) -> int:
+        return sum(p.waiting for p in self.partitions)
+
+    @property
+    def overridden(self) -> bool:
+        return self.source == "override"
+
+    @property
+    def paused(self) -> bool:
+        return not self.error and self.limit == 0
+
+    @property
+    def hold_p50(self) -> str:
+        """The median hold time of recent leases, for display ("" without samples)."""
+        return format_seconds(self.recent.hold_p50 if self.recent else None)
+
+    @property
+    def hold_p95(self) -> str:
+        return format_seconds(self.recent.hold_p95 if self.recent else None)
+
+    @property
+    def adaptive_baseline(self) -> str:
+        """The controller's baseline (uncontended) hold time, for display ("" before a probe)."""
+        state = self.adaptive
+        return format_seconds(state.baseline_ms / 1000) if state and state.baseline_ms > 0 else ""
+
+    @property
+    def adaptive_mean(self) -> str:
+        """The mean hold of the controller's last window, for display."""
+        state = self.adaptive
+        return format_seconds(state.mean_ms / 1000) if state and state.mean_ms > 0 else ""
+
+    def adaptive_dict(self) -> dict[str, Any] | None:
+        if self.adaptive_bounds is None:
+            return None
+        state = self.adaptive
+        return {
+            "min": self.adaptive_bounds[0],
+            "max": self.adaptive_bounds[1],
+            "limit": state.limit if state else None,
+            "baseline_ms": state.baseline_ms if state else None,
+            "mean_ms": state.mean_ms if state else None,
+            "probing": state.probing if state else False,
+        }
+
+    def as_dict(self, now: datetime.datetime | None = None, holders: bool = False) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ad_hoc": self.ad_hoc,
+            "limit": self.limit,
+            "mode": self.mode,
+            "source": self.source,
+            "settings": {"limit": self.settings_limit, "mode": self.settings_mode},
+            "timeout": self.timeout,
+            "algorithm": self.algorithm,
+            "partitioned_by": self.partitioned_by,
+            "error": self.error,
+            "waiting": self.waiting,
+            "recent": recent_dict(self.recent),
+            "adaptive": self.adaptive_dict(),
+            "hidden_partitions": self.hidden,
+            "partitions": [p.as_dict(now, holders) for p in self.partitions],
+        }
+
+
+def format_seconds(seconds: float | None) -> str:
+    """``0.042`` -> ``"42 ms"``, ``3.5`` -> ``"3.5 s"``; ``""`` for None."""
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def recent_dict(recent: Recent | None) -> dict[str, Any] | None:
+    """The figures of the last five minutes for JSON (None if they were not read)."""
+    if recent is None:
+        return None
+    return {
+        "window_seconds": stats.WINDOW,
+        "refused": recent.refused,
+        "dry_run_refused": recent.dry_run_refused,
+        "hold_p50": recent.hold_p50,
+        "hold_p95": recent.hold_p95,
+        "hold_samples": recent.samples,
+    }
+
+
+def describe_change(old: Effective, new: Effective) -> str:
+    """``"limit 5 -> 2, mode enforce -> dry_run"``: a runtime control change, for logs and output."""
+    return f"limit {old.limit} -> {new.limit}, mode {old.mode} -> {new.mode}"
+
+
+@dataclass
+class Totals:
+    """The figures of every semaphore together (the list page's first line)."""
+
+    semaphores: int = 0
+    in_use: int = 0
+    waiting: int = 0
+    refused: int = 0
+    dry_run_refused: int = 0
+    overridden: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "semaphores": self.semaphores,
+            "in_use": self.in_use,
+            "waiting": self.waiting,
+            "refused": self.refused,
+            "dry_run_refused": self.dry_run_refused,
+            "overridden": self.overridden,
+        }
+
+
+def totals(summaries: Iterable[SemaphoreSummary]) -> Totals:
+    """Sum the figures of ``summaries`` (cluster-wide: every process's, as Redis has them)."""
+    total = Totals()
+    for summary in summaries:
+        total.semaphores += 1
+        total.in_use += summary.in_use
+        total.waiting += summary.waiting
+        if summary.recent is not None:
+            total.refused += summary.recent.refused
+            total.dry_run_refused += summary.recent.dry_run_refused
+        if summary.overridden:
+            total.overridden.append(summary.name)
+    return total
+
+
+def expires_in(holder: Holder, now: datetime.datetime | None = None) -> int:
+    """Whole seconds until ``holder``'s lease ends (0 once it has)."""
+    now = now or timezone.now()
+    return max(0, round((holder.expires_at - now).total_seconds()))
+
+
+def holder_dict(holder: Holder, now: datetime.datetime | None = None) -> dict[str, Any]:
+    """A holder for JSON: token, times, permits, slots and meta. Never the lease identifier."""
+    return {
+        "token": holder.token,
+        "acquired_at": holder.acquired_at.isoformat() if holder.acquired_at else None,
+        "expires_at": holder.expires_at.isoformat(),
+        "expires_in": expires_in(holder, now),
+        "permits": holder.permits,
+        "slots": list(holder.slots),
+        "meta": holder.meta,
+    }
+
+
+def waiter_dict(waiter: Waiter, now: datetime.datetime | None = None) -> dict[str, Any]:
+    """A waiter for JSON: since when, priority, permits and meta. Never its identifier."""
+    now = now or timezone.now()
+    return {
+        "since": waiter.since.isoformat(),
+        "waited": max(0.0, round((now - waiter.since).total_seconds(), 3)),
+        "priority": waiter.priority,
+        "permits": waiter.permits,
+        "meta": waiter.meta,
+    }
+
+
+def _label(key_hash: str, holders: Iterable[Holder]) -> str:
+    if key_hash == UNPARTITIONED:
+        return ""
+    for holder in holders:
+        key = holder.meta.get("key")
+        if key:
+            return str(key)
+    return key_hash
+
+
+def _partition_summary(sem: Semaphore, keys: PartitionKeys) -> PartitionSummary:
+    status = sem.status(keys=keys)
+    key_hash = keys.key_digest
+    return PartitionSummary(
+        sem.name, key_hash, key_hash, status.limit, status.in_use, status.waiting, status.retry_after
+    )
+
+
+def _add_holders(sem: Semaphore, summary: PartitionSummary, keys: PartitionKeys) -> None:
+    summary.holders = sem.holders(keys=keys)
+    summary.label = _label(summary.key_hash, summary.holders)
+    if summary.waiting:
+        summary.waiters = sem.waiters(keys=keys)[:MAX_WAITERS_SHOWN]
+
+
+def read_semaphore(
+    name: str,
+    key_hash: str | None = None,
+    max_partitions: int = MAX_PARTITIONS,
+    with_holders: bool = True,
+    found: list[PartitionKeys] | None = None,
+) -> SemaphoreSummary:
+    """A :class:`SemaphoreSummary` of semaphore ``name``: every live partition, or only ``key_hash``.
+
+    ``name`` is a SEMAPHORES name, or else an ad-hoc semaphore's (its digest
+    if its name was cut: :attr:`SemaphoreSummary.ident`) as recorded in the
+    registry (:func:`read_ad_hoc`).  An unpartitioned configured semaphore
+    always shows its one partition, even with no keys in Redis.  Partitions
+    are sorted busiest first and cut at ``max_partitions``; ``found`` gives
+    them when the caller has already looked (else a SCAN does).  Holders are
+    read with ``with_holders`` (else only as much as needed to label busy
+    partitions).  Raises :class:`~django_semaphore.SemaphoreBackendError` if
+    Redis fails; a semaphore whose settings are invalid (or unknown) gets
+    ``error`` set instead.
+    """
+    summary = SemaphoreSummary(name)
+    try:
+        config = settings.get_config(name)
+    except ImproperlyConfigured as exc:
+        entry = None if name in settings.names() else find_ad_hoc(name)
+        if entry is not None:
+            return read_ad_hoc(entry, key_hash, max_partitions, with_holders, found)
+        summary.error = str(exc)
+        return summary
+    sem = Semaphore(name)
+    if key_hash is not None:
+        found = [discovery.partition(name, key_hash)]
+    elif found is None:
+        found = sem.partitions()
+    if key_hash is None and config.key is None and not any(k.key_digest == UNPARTITIONED for k in found):
+        found = [sem.partition(None), *found]
+    return _read(summary, sem, config, found, max_partitions, with_holders)
+
+
+def find_ad_hoc(ident: str) -> adhoc.Entry | None:
+    """The registry's record of the ad-hoc semaphore named ``ident`` (a name, or the
+    digest of a name that was cut), None if there is none."""
+    return run(connection.get_client(), adhoc.lookup(settings.setting("SEMAPHORE_KEY_PREFIX"), ident))
+
+
+def ad_hoc_entries() -> dict[str, adhoc.Entry]:
+    """Every ad-hoc semaphore recorded in the registry, by name digest."""
+    return run(connection.get_client(), adhoc.entries(settings.setting("SEMAPHORE_KEY_PREFIX")))
+
+
+def ad_hoc_semaphore(entry: adhoc.Entry) -> Semaphore:
+    """The ad-hoc Semaphore ``entry`` records (ValueError if the record is not valid)."""
+    return Semaphore(
+        entry.name, entry.limit, entry.timeout, wait=entry.wait, algorithm=entry.algorithm, mode=entry.mode
+    )
+
+
+def read_ad_hoc(
+    entry: adhoc.Entry,
+    key_hash: str | None = None,
+    max_partitions: int = MAX_PARTITIONS,
+    with_holders: bool = True,
+    found: list[PartitionKeys] | None = None,
+) -> SemaphoreSummary:
+    """A :class:`SemaphoreSummary` (``ad_hoc``) of the ad-hoc semaphore that ``entry`` records:
+    its live partitions only, found by its name's digest (a name may have been cut)."""
+    summary = SemaphoreSummary(entry.name, ad_hoc=True, ident=entry.ident)
+    try:
+        sem = ad_hoc_semaphore(entry)
+    except ValueError as exc:  # a record no version of this app wrote
+        summary.error = str(exc)
+        return summary
+    if key_hash is not None:
+        found = [discovery.partition(entry.name, key_hash, entry.digest)]
+    elif found is None:
+        found = discovery.partitions(entry.name, entry.digest)
+    return _read(summary, sem, sem.config, found, max_partitions, with_holders, recent=not entry.truncated)
+
+
+def _read(
+    summary: SemaphoreSummary,
+    sem: Semaphore,
+    config: SemaphoreConfig,
+    found: list[PartitionKeys],
+    max_partitions: int,
+    with_holders: bool,
+    recent: bool = True,
+) -> SemaphoreSummary:
+    summary.timeout, summary.algorithm = config.timeout, config.algorithm
+    summary.settings_limit, summary.settings_mode = config.limit, config.mode
+    summary.partitioned_by = describe_key(config)
+    rows = [(_partition_summary(sem, keys), keys) for keys in found]
+    rows.sort(key=lambda row: (not row[0].unpartitioned, -row[0].in_use, -row[0].waiting, row[0].key_hash))
+    if len(rows) > max_partitions:
+        summary.hidden = len(rows) - max_partitions
+        del rows[max_partitions:]
+    for partition, keys in rows:
+        if with_holders or partition.in_use:
+            _add_holders(sem, partition, keys)
+        else:
+            partition.label = _label(partition.key_hash, [])
+    summary.partitions = [partition for partition, _ in rows]
+    # After the partitions: with Redis down, the first read has already failed.
+    effective = sem.effective()
+    summary.limit, summary.mode, summary.source = effective.limit, effective.mode, effective.source
+    # (The stats keys are named by the whole name: a cut one has none to read.)
+    summary.recent = stats.recent(sem) if recent else None
+    if config.adaptive is not None:
+        summary.adaptive_bounds = (config.adaptive.min, config.adaptive.max)
+        prefix = settings.setting("SEMAPHORE_KEY_PREFIX")
+        summary.adaptive = run(connection.get_client(), adaptive.read_state(prefix, config.name))
+    return summary
+
+
+def read_all(max_partitions: int = MAX_PARTITIONS, with_holders: bool = False) -> list[SemaphoreSummary]:
+    """A :class:`SemaphoreSummary` of every configured semaphore, in settings order, then of
+    every ad-hoc semaphore with live partitions, by name (at most :data:`MAX_AD_HOC`).
+
+    One SCAN finds the partitions of all of them; one read of the registry
+    names the ad-hoc ones (partitions of a semaphore in neither are left out).
+    """
+    groups = discovery.find()
+    summaries = [
+        read_semaphore(g.name, None, max_partitions, with_holders, g.partitions)
+        for g in groups
+        if g.configured
+    ]
+    others = {g.partitions[0].name_digest: g for g in groups if not g.configured and g.partitions}
+    if not others:
+        return summaries
+    recorded = ad_hoc_entries()
+    ad_hoc = sorted((recorded[digest] for digest in others if digest in recorded), key=lambda e: e.name)
+    for entry in ad_hoc[:MAX_AD_HOC]:
+        found = others[entry.digest].partitions
+        summaries.append(read_ad_hoc(entry, None, max_partitions, with_holders, found))
+    return summaries
+
+
+def purge_ad_hoc(entry: adhoc.Entry, dry_run: bool = False) -> int:
+    """Purge (or count) the expired entries of every partition of the ad-hoc semaphore
+    that ``entry`` records (``Semaphore.purge_expired``, found by its name's digest)."""
+    found = Found(entry.name, False, discovery.partitions(entry.name, entry.digest))
+    return cleanup(found, dry_run, entry.algorithm)
+
+
+def prune_ad_hoc(live: Iterable[str], dry_run: bool = False) -> int:
+    """Remove (or count) the registry's stale records of ad-hoc semaphores that have no
+    live partition (``live``: the name digests of those that do); see :func:`adhoc.prune`."""
+    prefix = settings.setting("SEMAPHORE_KEY_PREFIX")
+    return run(connection.get_client(), adhoc.prune(prefix, live, dry_run))
+
+
+# -- cleanup ------------------------------------------------------------------
+
+
+def cleanup(found: Found, dry_run: bool = False, algorithm_name: str | None = None) -> int:
+    """Purge (or count, with ``dry_run``) the expired entries of ``found``'s partitions.
+
+    Live holders are never touched: the purge script removes entries whose
+    expiry has passed, atomically, on the clock that wrote them (the server's
+    for "lua", the client's for the seed variants).  A semaphore not in
+    SEMAPHORES has the algorithm ``algorithm_name`` (an ad-hoc one's, as
+    recorded); one without (no longer in SEMAPHORES, or whose entry is
+    invalid) has no known algorithm: its entries are removed only once they
+    have ended on both clocks.
+    """
+    algorithm: Algorithm | None = ALGORITHMS.get(algorithm_name) if algorithm_name else None
+    if found.configured:
+        try:
+            algorithm = ALGORITHMS[settings.get_config(found.name).algorithm]
+        except ImproperlyConfigured:
+            pass
+    client = connection.get_client()
+    return sum(run(client, inspection.purge(keys, algorithm, dry_run)) for keys in found.partitions)

@@ -1,0 +1,13 @@
+"""Process-wide state and the background work that keeps it, shared by every semaphore.
+
+* :mod:`.control`: runtime overrides of LIMIT and MODE kept in Redis, the
+  per-process cache every acquire reads, and the poller thread that refreshes it;
+* :mod:`.adaptive`: the adaptive limit's hold-time windows, sent by that poller;
+* :mod:`.stats`: the admin's five-minute figures, flushed by it;
+* :mod:`.adhoc`: the record of ad-hoc semaphores, sent by it, for the admin and
+  the commands;
+* :mod:`.bursts`: logging once per burst of like events.
+
+Uses :mod:`django_semaphore.backend` and :mod:`django_semaphore.config`; knows no
+Semaphore or Lease (the engine asks it for the limit in force and reports to it).
+"""

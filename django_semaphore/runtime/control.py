@@ -1,0 +1,556 @@
+"""Runtime control: overrides of LIMIT and MODE kept in Redis, and the configuration in force.
+
+An override (:meth:`Semaphore.override <django_semaphore.Semaphore.override>`)
+is one field of the HASH ``<prefix>:control`` (:func:`~django_semaphore.backend.keys.control_key`):
+semaphore name -> JSON ``{"limit": int|null, "mode": str|null, "at": epoch ms,
+"by": str}``.  It is configuration, not a partition: the key has no TTL.
+A limit is an int from 0 to :data:`~django_semaphore.config.validation.MAX_LIMIT`:
+anything else is refused before it is written (and by the script that
+writes it), and one found out of range in the HASH is read as the nearest
+bound (:func:`stored_limit`), never as "no limit override".
+
+Every process keeps the overrides of each prefix it uses in memory (the
+*cache*), so an acquire reads the limit and mode in force without a Redis
+round trip.  A daemon thread per process (``django-semaphore-control``,
+started on first use and again in a forked child) refreshes the cache of
+every prefix used in the last ``KEEP_POLLING`` seconds with one HGETALL each,
+every ``POLL_INTERVAL`` seconds, in one pipeline with the flush of
+:mod:`~django_semaphore.runtime.stats`: a change reaches every process within a poll
+interval plus a round trip (under a second).  The first use of a prefix in a
+process (an empty cache) reads the overrides at once, on the caller's client
+(sync or asyncio), so that a brand-new worker never ignores a pause; a
+prefix not used for ``KEEP_POLLING`` seconds is dropped and read again at its
+next use.  When Redis fails, the last overrides known are kept, the failure is
+logged once per burst at WARNING, and the next tick tries again.
+
+The same HGETALL brings the state of each adaptive limit
+(:mod:`django_semaphore.runtime.adaptive`), kept in reserved fields of the same HASH,
+and the same pipeline first sends each adaptive semaphore's window of samples
+to its controller (one EVALSHA each, on the same key), so that a new adaptive
+limit is read in the tick that made it.
+
+The configuration in force (:class:`Effective`) is the override's limit and
+mode where set, the settings' otherwise; for an adaptive semaphore
+(ADAPTIVE), the limit without a limit override is the adaptive one (LIMIT
+clamped into [MIN, MAX] before its first update), ``source == "adaptive"``.
+``source`` is "override" whenever an override is in force (of the limit, the
+mode or both).  SEMAPHORE_ENABLED = False makes the mode "off" whatever else
+says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from ..backend import connection
+from ..backend.keys import control_key
+from ..backend.scripting import Client, Command, LuaScript, Operation, Pipe, Script, arun, execute, run
+from ..config import settings
+from ..config.validation import MAX_LIMIT, MODES, checked_limit
+from . import adaptive, stats
+from .bursts import Bursts
+
+if TYPE_CHECKING:
+    from ..config.validation import SemaphoreConfig
+
+# A child of "django_semaphore" (its handlers get these lines): the poller's own
+# failures, apart from the web layer's one line per burst of failed requests.
+logger = logging.getLogger("django_semaphore.runtime.control")
+
+POLL_INTERVAL = 0.5  # seconds between two reads of the overrides
+KEEP_POLLING = 30.0  # seconds a prefix stays polled after its last use
+REPLICA_ACK_MS = 1000  # how long a write waits for a replica's acknowledgement
+THREAD_NAME = "django-semaphore-control"
+SOURCES = ("settings", "override", "adaptive")
+
+CONTROL = LuaScript("control")
+
+__all__ = [
+    "MODES",
+    "Effective",
+    "Override",
+    "aeffective",
+    "aset_override",
+    "cached",
+    "effective",
+    "set_override",
+]
+
+
+class Effective(NamedTuple):
+    """The limit and mode in force, and where they come from (``source``:
+    ``"settings"``; ``"override"`` while an override of the limit or the mode is
+    in force; ``"adaptive"`` while the adaptive limit (ADAPTIVE) is, without an
+    override)."""
+
+    limit: int
+    mode: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """One semaphore's runtime override: None for a value left to the settings."""
+
+    limit: int | None = None
+    mode: str | None = None
+    at: int = 0  # epoch ms of the last change
+    by: str = ""  # who made it
+
+
+def parse(raw: Any) -> Override | None:
+    """The Override in a control HASH value (None if it is malformed or overrides nothing)."""
+    try:
+        data = json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    limit = stored_limit(data.get("limit"))
+    mode = data.get("mode")
+    if mode not in MODES:
+        mode = None
+    if limit is None and mode is None:
+        return None
+    at = data.get("at")
+    return Override(limit, mode, at if isinstance(at, int) else 0, str(data.get("by") or ""))
+
+
+def stored_limit(value: object) -> int | None:
+    """The limit of a stored override: None for none (JSON null, or not a number); a
+    number out of 0..MAX_LIMIT is clamped to the nearest bound (NaN to 0).
+
+    Nothing this app writes is out of range, but a value written by hand or by an
+    older version (which stored ``--limit 99999999999999999999999`` as -2**63) must
+    not silently become "no limit override", which would put the settings' limit
+    back in force while the operator's override is shown: a number says a limit was
+    meant, and the nearest one in range is applied (the script that merges the next
+    change into the stored value clamps it the same way).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if value != value:  # NaN
+        return 0
+    return int(max(0, min(MAX_LIMIT, value)))
+
+
+def resolve(
+    config: SemaphoreConfig, override: Override | None, adaptive_limit: int | None = None
+) -> Effective:
+    """The :class:`Effective` configuration of ``config`` under ``override`` (and, for an
+    adaptive semaphore, the adaptive limit stored, None before the first update)."""
+    limit, mode, source = config.limit, config.mode, "settings"
+    if config.adaptive is not None:
+        limit = config.adaptive.clamp(config.limit if adaptive_limit is None else adaptive_limit)
+        source = "adaptive"
+    if override is not None:
+        source = "override"
+        if override.limit is not None:
+            limit = override.limit
+        if override.mode is not None:
+            mode = override.mode
+    if not settings.enabled():
+        mode = "off"
+    return Effective(limit, mode, source)
+
+
+def validate(limit: object, mode: object) -> None:
+    """ValueError unless ``limit`` (None or an int from 0 to MAX_LIMIT) and ``mode``
+    (None or a MODE) are valid and at least one is given: both are checked before
+    anything is written."""
+    if limit is None and mode is None:
+        raise ValueError("Give a limit, a mode or both (clear_override() goes back to the settings).")
+    if limit is not None:
+        checked_limit(limit)
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, not {mode!r}.")
+
+
+# -- the per-process cache --------------------------------------------------------------
+
+
+class Snapshot(NamedTuple):
+    """What the control HASH of one prefix holds: the overrides, and the adaptive
+    limits (semaphore name -> limit)."""
+
+    overrides: dict[str, Override]
+    adaptive: dict[str, int]
+
+    def of(self, name: str) -> tuple[Override | None, int | None]:
+        """Semaphore ``name``'s override and adaptive limit (None where there is none)."""
+        return self.overrides.get(name), self.adaptive.get(name)
+
+
+class _Table:
+    """The overrides and adaptive limits of one prefix, as last read."""
+
+    __slots__ = ("overrides", "adaptive", "used", "read")
+
+    def __init__(self, snapshot: Snapshot, read: bool = True) -> None:
+        self.overrides, self.adaptive = snapshot
+        self.used = time.monotonic()
+        self.read = read  # False: not read from Redis yet (the poller will)
+
+
+def _decode(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _table_from(reply: Any) -> Snapshot:
+    overrides: dict[str, Override] = {}
+    limits: dict[str, int] = {}
+    for field, raw in (reply or {}).items():
+        if isinstance(field, bytes) and field.startswith(adaptive.FIELD_PREFIX):
+            limit = adaptive.limit_from(raw)
+            if limit is not None:
+                limits[_decode(field[len(adaptive.FIELD_PREFIX) :])] = limit
+            continue
+        override = parse(raw)
+        if override is not None:
+            overrides[_decode(field)] = override
+    return Snapshot(overrides, limits)
+
+
+_EMPTY = Snapshot({}, {})
+
+
+class Cache:
+    """The overrides of every prefix in use, and the thread that keeps them fresh."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._tables: dict[str, _Table] = {}
+        self._generation = 0
+        self._thread: threading.Thread | None = None
+        self._failures = Bursts(quiet=None)
+        self.ticks = 0  # completed polls, for tests
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():
+            self._lock = threading.Lock()
+            self._reset()
+
+    def lookup(self, prefix: str, name: str) -> tuple[bool, Override | None, int | None]:
+        """(known, override, adaptive limit): ``known`` is False when ``prefix`` has
+        not been read yet."""
+        self._check_fork()
+        table = self._tables.get(prefix)
+        if table is None:
+            return False, None, None
+        table.used = time.monotonic()
+        return table.read, table.overrides.get(name), table.adaptive.get(name)
+
+    def watch(self, prefix: str) -> None:
+        """Poll ``prefix`` from now on (its first read is the thread's)."""
+        self._check_fork()
+        with self._lock:
+            if prefix not in self._tables:
+                self._tables[prefix] = _Table(_EMPTY, read=False)
+        self._ensure_thread()
+
+    def store(self, prefix: str, snapshot: Snapshot, generation: int | None = None) -> None:
+        """Replace the overrides and adaptive limits of ``prefix`` (unless the cache was
+        cleared or changed by this process since ``generation``: the snapshot may be older)."""
+        self._check_fork()
+        with self._lock:
+            if generation is not None and generation != self._generation:
+                return
+            table = self._tables.get(prefix)
+            if table is None:
+                self._tables[prefix] = _Table(snapshot)
+            else:
+                table.overrides, table.adaptive = snapshot
+                table.read = True
+        self._ensure_thread()
+
+    def update(self, prefix: str, name: str, override: Override | None) -> None:
+        """Apply one change this process made (the next poll confirms it)."""
+        self._check_fork()
+        with self._lock:
+            # A poll that read Redis before this change must not store its older
+            # snapshot over it: the generation moves, so that poll's store is skipped.
+            self._generation += 1
+            table = self._tables.get(prefix)
+            if table is None or not table.read:
+                return  # read whole at the next use
+            overrides = dict(table.overrides)
+            if override is None:
+                overrides.pop(name, None)
+            else:
+                overrides[name] = override
+            table.overrides = overrides
+
+    def clear(self) -> None:
+        """Forget everything (another Redis server)."""
+        with self._lock:
+            self._tables = {}
+            self._generation += 1
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    # -- the thread ---------------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            return
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        pid = os.getpid()
+        while self._pid == pid:
+            started = time.monotonic()
+            try:
+                self.tick()
+            except Exception:  # never let the thread die: the next tick tries again
+                logger.exception("django-semaphore: the control poller failed")
+            time.sleep(max(0.0, POLL_INTERVAL - (time.monotonic() - started)))
+
+    def _active(self) -> list[str]:
+        now = time.monotonic()
+        with self._lock:
+            for prefix in [p for p, t in self._tables.items() if now - t.used > KEEP_POLLING]:
+                del self._tables[prefix]
+            return list(self._tables)
+
+    def tick(self) -> None:
+        """One poll: send the adaptive windows, read the overrides and adaptive limits
+        of every prefix in use, and flush the stats, in one pipeline."""
+        generation = self._generation
+        prefixes = self._active()
+        windows = adaptive.drain()
+        with stats.sending:  # a stats.flush() meanwhile returns once these counts are in Redis
+            pending = stats.drain()
+            reads = tuple(("HGETALL", control_key(p)) for p in prefixes)
+            # The windows first: a limit they change is read in this same tick.
+            commands = windows.commands + reads + pending.commands
+            if not commands:
+                self.ticks += 1
+                return
+            server = "Redis"
+            try:
+                # Straight to the client, not through scripting.run: a background
+                # poll is no caller's operation, so it sends no backend_failed (the
+                # metrics count callers' failures); it logs once per burst below.
+                client = connection.get_client()
+                server = f"Redis at {connection.server_name(client)}"
+                # A command's error is its reply: a window refused with NOSCRIPT
+                # must not make the stats flushed with it count twice.
+                # Raw: the adaptive fields are not UTF-8 (a client may decode replies).
+                replies = execute(client, Pipe(commands, transaction=False, raise_on_error=False, raw=True))
+                # A command's error (the reply in its place): the first is reported
+                # as the poll's failure; a window whose call failed is sent again.
+                error = next((r for r in replies[len(windows.commands) :] if isinstance(r, Exception)), None)
+            except Exception as exc:
+                windows.settle(None)
+                pending.restore()
+                replies, error = None, exc
+        if replies is not None:
+            windows.settle(replies[: len(windows.commands)])
+        if error is not None:
+            if self._failures.event("poll") is not None:
+                logger.warning(
+                    "django-semaphore: could not read the runtime overrides: %s failed: %s: %s",
+                    server,
+                    type(error).__name__,
+                    error,
+                )
+            if replies is None:
+                self.ticks += 1
+                return
+        else:
+            self._failures.end()
+        assert replies is not None
+        for prefix, reply in zip(prefixes, replies[len(windows.commands) :], strict=False):
+            if isinstance(reply, Exception):
+                continue
+            self.store(prefix, _table_from(reply), generation)
+        self.ticks += 1
+
+
+_cache = Cache()
+
+
+def cache() -> Cache:
+    """This process's :class:`Cache`."""
+    return _cache
+
+
+@receiver(setting_changed)
+def _forget_other_servers(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("SEMAPHORE_REDIS", "CACHES"):
+        _cache.clear()
+        stats.drain()  # counted against the other server: not flushed to this one
+        adaptive.forget()
+
+
+def _prefix() -> str:
+    prefix: str = settings.setting("SEMAPHORE_KEY_PREFIX")
+    return prefix
+
+
+def _read(prefix: str) -> Operation[Snapshot]:
+    reply = yield Command(("HGETALL", control_key(prefix)), raw=True)  # adaptive fields: not UTF-8
+    return _table_from(reply)
+
+
+def cached(config: SemaphoreConfig) -> Effective:
+    """The configuration in force from the cache alone: never a Redis call.
+
+    A prefix not read yet counts as without overrides, and is polled from now
+    on (the guards use this when the settings say "off", to pass through
+    without touching Redis).
+    """
+    prefix = _prefix()
+    known, override, adaptive_limit = _cache.lookup(prefix, config.name)
+    if not known:
+        _cache.watch(prefix)
+    return _in_force(prefix, config, override, adaptive_limit)
+
+
+def _in_force(
+    prefix: str, config: SemaphoreConfig, override: Override | None, limit: int | None
+) -> Effective:
+    """:func:`resolve`, for a semaphore in use: an adaptive one's samples go to its
+    controller from now on."""
+    if config.adaptive is not None:
+        adaptive.watch(prefix, config)
+    return resolve(config, override, limit)
+
+
+def effective(config: SemaphoreConfig, client: Client | None = None) -> Effective:
+    """The configuration in force for ``config``: the cache, read once first if empty.
+
+    A failed first read raises :class:`~django_semaphore.SemaphoreBackendError`
+    (the acquire it comes before would fail as well: it fails once, in the
+    same time), and the next call reads again.
+    """
+    prefix = _prefix()
+    known, override, adaptive_limit = _cache.lookup(prefix, config.name)
+    if not known:
+        generation = _cache.generation
+        snapshot = run(client or connection.get_client(), _read(prefix))
+        _cache.store(prefix, snapshot, generation)
+        override, adaptive_limit = snapshot.of(config.name)
+    return _in_force(prefix, config, override, adaptive_limit)
+
+
+async def aeffective(config: SemaphoreConfig, client: Client | None = None) -> Effective:
+    """The asyncio twin of :func:`effective` (the first read on the asyncio client)."""
+    prefix = _prefix()
+    known, override, adaptive_limit = _cache.lookup(prefix, config.name)
+    if not known:
+        generation = _cache.generation
+        snapshot = await arun(client or connection.get_async_client(), _read(prefix))
+        _cache.store(prefix, snapshot, generation)
+        override, adaptive_limit = snapshot.of(config.name)
+    return _in_force(prefix, config, override, adaptive_limit)
+
+
+def fresh(config: SemaphoreConfig) -> Operation[Effective]:
+    """Read the overrides (and adaptive limits) of ``config``'s prefix from Redis now
+    (and update the cache)."""
+    prefix = _prefix()
+    generation = _cache.generation
+    snapshot = yield from _read(prefix)
+    _cache.store(prefix, snapshot, generation)
+    return resolve(config, *snapshot.of(config.name))
+
+
+# -- writing --------------------------------------------------------------------------
+
+
+def _user_label(user: Any) -> str:
+    if user is None:
+        return ""
+    name = getattr(user, "get_username", None)
+    return str(name() if callable(name) else user)
+
+
+def write(
+    config: SemaphoreConfig,
+    limit: int | None,
+    mode: str | None,
+    user: Any,
+    clear: bool,
+    cluster: bool,
+) -> Operation[Effective]:
+    """Set (or ``clear``) the override of ``config``'s semaphore; the configuration in force after.
+
+    One script merges the change into the stored override (only the values
+    given change).  On a server with connected replicas (Sentinel), the write
+    then waits up to ``REPLICA_ACK_MS`` for one of them to have it, so that it
+    survives a failover.
+    """
+    prefix = _prefix()
+    args = (
+        config.name,
+        "clear" if clear else "set",
+        "" if limit is None else limit,
+        "" if mode is None else mode,
+        int(time.time() * 1000),
+        _user_label(user)[:200],
+        MAX_LIMIT,
+    )
+    reply = yield Script(CONTROL, (control_key(prefix),), args)
+    override = None if clear or not reply else parse(reply)
+    if not cluster:
+        info = yield Command(("INFO", "replication"))
+        if isinstance(info, dict) and int(info.get("connected_slaves", 0) or 0) > 0:
+            yield Command(("WAIT", 1, REPLICA_ACK_MS))
+    _cache.update(prefix, config.name, override)
+    adaptive_limit = None
+    if config.adaptive is not None:  # the limit in force after clearing a limit override
+        state = yield from adaptive.read_state(prefix, config.name)
+        adaptive_limit = None if state is None else state.limit
+    return resolve(config, override, adaptive_limit)
+
+
+def set_override(
+    config: SemaphoreConfig, limit: int | None, mode: str | None, user: Any = None, clear: bool = False
+) -> Effective:
+    """Write an override (or clear it) on the sync client; see :func:`write`."""
+    client = connection.get_client()
+    return run(client, write(config, limit, mode, user, clear, connection.is_cluster(client)))
+
+
+async def aset_override(
+    config: SemaphoreConfig, limit: int | None, mode: str | None, user: Any = None, clear: bool = False
+) -> Effective:
+    """The asyncio twin of :func:`set_override`."""
+    client = connection.get_async_client()
+    return await arun(client, write(config, limit, mode, user, clear, connection.is_cluster(client)))
+
+
+def overrides() -> Operation[dict[str, Override]]:
+    """Every override stored under the current prefix, read from Redis now."""
+    snapshot = yield from _read(_prefix())
+    return snapshot.overrides
+
+
+def limit_of(config: SemaphoreConfig) -> Callable[[], int]:
+    """A function giving the limit in force for ``config`` now (from the cache), for waiters."""
+
+    def current() -> int:
+        return cached(config).limit
+
+    return current

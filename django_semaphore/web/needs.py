@@ -1,0 +1,162 @@
+"""What a request needs: the semaphores the decorator and the middleware ask for.
+
+A :class:`Need` names one semaphore (with KEY, WAIT, PERMITS or PRIORITY
+overrides); :func:`resolve` turns a request's needs into :class:`Item` objects
+(the semaphore, its partition value, permits and priority for this request,
+the wait) in the one global
+order in which every request takes them.  A request remembers the needs taken
+care of already (:func:`pending_needs`, :func:`mark_handled`), so the
+middleware and stacked ``@semaphore`` decorators never take a semaphore twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..config import settings, validation
+from ..engine.semaphore import Semaphore
+from ..runtime import control
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+    from ..config.validation import KeyFunc, PerRequest, SemaphoreConfig
+
+#: The attribute a request keeps its handled needs in.
+HANDLED_ATTR = "_semaphore_handled"
+#: The attribute ``@semaphore`` puts a view's needs in (outermost first).
+NEEDS_ATTR = "semaphore_needs"
+
+
+@dataclass(frozen=True)
+class Need:
+    """One semaphore a request needs: ``key`` / ``wait`` / ``permits`` / ``priority``
+    of None use its settings."""
+
+    name: str
+    key: object = None
+    wait: float | None = None
+    permits: PerRequest | None = None
+    priority: PerRequest | None = None
+
+    def key_function(self, config: SemaphoreConfig) -> KeyFunc | None:
+        """The callable (request) -> str giving the partition value, or None."""
+        if self.key is None:
+            return config.key
+        func, problems = validation.resolve_key(self.name, self.key)
+        for problem in problems:
+            if not problem.warning:
+                raise problem.as_exception()
+        return func
+
+    def scheduling(self, config: SemaphoreConfig) -> tuple[PerRequest, PerRequest]:
+        """PERMITS and PRIORITY: this need's overrides (resolved) or the settings'."""
+        values = []
+        for option, override, default in (
+            ("PERMITS", self.permits, config.permits),
+            ("PRIORITY", self.priority, config.priority),
+        ):
+            if override is None:
+                values.append(default)
+                continue
+            value, problems = validation.resolve_per_request(self.name, option, override)
+            for problem in problems:
+                if not problem.warning:
+                    raise problem.as_exception()
+            values.append(value)
+        return values[0], values[1]
+
+
+class Item:
+    """A Need resolved against one request: the semaphore, the partition value, the
+    wait, and the permits and priority of this request."""
+
+    __slots__ = ("semaphore", "config", "key", "wait", "permits", "priority")
+
+    def __init__(
+        self,
+        semaphore: Semaphore,
+        config: SemaphoreConfig,
+        key: str | None,
+        wait: float,
+        permits: int = 1,
+        priority: int = 0,
+    ) -> None:
+        self.semaphore = semaphore
+        self.config = config
+        self.key = key
+        self.wait = wait
+        self.permits = permits
+        self.priority = priority
+
+    @property
+    def order(self) -> tuple[str, bool, str]:
+        """The global acquisition order: by name, then partition (None first)."""
+        return (self.semaphore.name, self.key is not None, self.key or "")
+
+
+def needs_of(func: Callable[..., Any]) -> tuple[Need, ...]:
+    """The needs a ``@semaphore``-decorated callable declares (empty if none)."""
+    return tuple(getattr(func, NEEDS_ATTR, ()))
+
+
+def per_request(value: PerRequest, request: HttpRequest) -> int:
+    """PERMITS or PRIORITY for ``request``: an int as it is, a callable called with the request."""
+    return value if isinstance(value, int) else value(request)
+
+
+def resolve(request: HttpRequest, needs: Iterable[Need]) -> list[Item]:
+    """Resolve ``needs`` into Items in the global order, one per semaphore and partition.
+
+    Taking every request's semaphores in one order (by name, then partition
+    value) is what keeps two requests that need the same pair from
+    deadlocking.  KEY, PERMITS and PRIORITY callables run here, so an async
+    caller loads the user first.
+
+    A semaphore whose mode in force is "off" (or every one, with
+    SEMAPHORE_ENABLED = False) is left out: the request passes it without a
+    Redis call.  The mode comes from the settings and the cache of the
+    overrides, never from Redis here (this runs on the event loop too).
+    """
+    items: list[Item] = []
+    seen: set[tuple[str, str | None]] = set()
+    if not settings.enabled():
+        return items
+    for need in needs:
+        config = settings.get_config(need.name)
+        if control.cached(config).mode == "off":
+            continue
+        func = need.key_function(config)
+        key = None if func is None else str(func(request))
+        wait = config.wait if need.wait is None else need.wait
+        if (need.name, key) in seen:
+            continue
+        seen.add((need.name, key))
+        permits, priority = need.scheduling(config)
+        item = Item(
+            Semaphore(need.name),
+            config,
+            key,
+            wait,
+            per_request(permits, request),
+            per_request(priority, request),
+        )
+        items.append(item)
+    items.sort(key=lambda item: item.order)
+    return items
+
+
+def pending_needs(request: HttpRequest, needs: Iterable[Need]) -> list[Need]:
+    """The needs not already taken care of for this request (by the middleware or an outer decorator)."""
+    handled: set[Need] | None = getattr(request, HANDLED_ATTR, None)
+    if handled is None:
+        handled = set()
+        setattr(request, HANDLED_ATTR, handled)
+    return [need for need in needs if need not in handled]
+
+
+def mark_handled(request: HttpRequest, needs: Iterable[Need]) -> None:
+    """Record ``needs`` as taken care of for this request (held, refused or failed open)."""
+    getattr(request, HANDLED_ATTR).update(needs)

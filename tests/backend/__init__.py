@@ -1,0 +1,1 @@
+"""Tests of django_semaphore/backend/, one file per module."""

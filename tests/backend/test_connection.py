@@ -1,0 +1,292 @@
+"""SEMAPHORE_REDIS (django_semaphore.connection), backend errors, restarts, round trips."""
+
+import contextlib
+import time
+
+import pytest
+import redis
+from django_redis import get_redis_connection
+
+from django_semaphore import Semaphore, SemaphoreBackendError, SemaphoreError
+from django_semaphore.backend import connection
+from tests.servers import RedisServer, free_port
+
+
+@pytest.fixture
+def own_server(settings):
+    """A throwaway redis-server of this test's own, used through a URL dict.
+
+    Its KEYS command is renamed away: the app must never call it.
+    """
+    server = RedisServer(args=("--rename-command", "KEYS", "KEYS-is-never-used")).start()
+    settings.SEMAPHORE_REDIS = {"URL": server.url}
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def closed_port():
+    return free_port()  # nothing listens there
+
+
+# -- SEMAPHORE_REDIS ----------------------------------------------------------
+
+
+def test_alias_reuses_the_django_redis_client(settings):
+    settings.SEMAPHORE_REDIS = "default"
+    assert connection.get_client() is get_redis_connection("default")
+    lease = Semaphore("alias", limit=1).acquire()
+    assert get_redis_connection("default").exists(lease.semaphore.partition().timeouts)
+
+
+def test_url_dict(settings, redis_url, raw_redis):
+    settings.SEMAPHORE_REDIS = {"URL": redis_url}
+    client = connection.get_client()
+    assert client is not get_redis_connection("default")
+    assert connection.get_client() is client  # one client per process, not per call
+    lease = Semaphore("url", limit=1).acquire()
+    assert raw_redis.exists(lease.semaphore.partition().holds)
+
+
+def test_url_selects_the_database(settings, own_server):
+    settings.SEMAPHORE_REDIS = {"URL": own_server.url[: -len("/0")] + "/3"}
+    sem = Semaphore("db", limit=1)
+    sem.acquire()
+    db3 = redis.Redis(port=own_server.port, db=3)
+    db0 = redis.Redis(port=own_server.port, db=0)
+    assert db3.exists(sem.partition().timeouts) and not db0.exists(sem.partition().timeouts)
+    db3.close()
+    db0.close()
+
+
+def test_setting_change_takes_effect_at_the_next_call(settings, own_server, raw_redis):
+    sem = Semaphore("switch", limit=1)
+    sem.acquire()
+    own = redis.Redis.from_url(own_server.url)
+    assert own.exists(sem.partition().timeouts)
+    assert not raw_redis.exists(sem.partition().timeouts)
+    settings.SEMAPHORE_REDIS = "default"
+    assert sem.available() == 1  # the session server: nothing held there
+    own.close()
+
+
+@pytest.mark.asyncio
+async def test_async_client_talks_to_the_same_server(settings, own_server):
+    sem = Semaphore("async-url", limit=1)
+    lease = sem.acquire()
+    assert await sem.aacquire() is None
+    assert [h.identifier for h in await sem.aholders()] == [lease.identifier]
+
+
+# -- unreachable servers ---------------------------------------------------------------
+
+
+def _assert_backend_error(info, port, started):
+    assert time.monotonic() - started < 5
+    error = info.value
+    assert isinstance(error, SemaphoreError)
+    assert not isinstance(error, redis.RedisError)
+    assert f"127.0.0.1:{port}" in str(error)
+    assert error.server == f"127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda sem: sem.acquire(),
+        lambda sem: sem.acquire(wait=1),
+        lambda sem: sem.holders(),
+        lambda sem: sem.available(),
+        lambda sem: sem.purge_expired(),
+    ],
+    ids=["acquire", "acquire-wait", "holders", "available", "purge_expired"],
+)
+def test_unreachable_url_raises_backend_error(settings, closed_port, call):
+    settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{closed_port}/0"}
+    started = time.monotonic()
+    with pytest.raises(SemaphoreBackendError) as info:
+        call(Semaphore("down", limit=1))
+    _assert_backend_error(info, closed_port, started)
+
+
+def test_unreachable_alias_raises_backend_error(settings, closed_port):
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{closed_port}/0",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2},
+        }
+    }
+    settings.SEMAPHORE_REDIS = "default"
+    started = time.monotonic()
+    with pytest.raises(SemaphoreBackendError) as info:
+        Semaphore("down", limit=1).acquire()
+    _assert_backend_error(info, closed_port, started)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda sem: sem.aacquire(),
+        lambda sem: sem.aholders(),
+        lambda sem: sem.aavailable(),
+        lambda sem: sem.apurge_expired(),
+    ],
+    ids=["aacquire", "aholders", "aavailable", "apurge_expired"],
+)
+async def test_unreachable_async_raises_backend_error(settings, closed_port, call):
+    settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{closed_port}/0"}
+    started = time.monotonic()
+    with pytest.raises(SemaphoreBackendError) as info:
+        await call(Semaphore("down", limit=1))
+    _assert_backend_error(info, closed_port, started)
+
+
+def test_lease_calls_after_the_server_died(own_server):
+    lease = Semaphore("dying", limit=1).acquire()
+    own_server.stop()
+    for call in (lease.refresh, lease.release):
+        started = time.monotonic()
+        with pytest.raises(SemaphoreBackendError) as info:
+            call()
+        _assert_backend_error(info, own_server.port, started)
+
+
+# -- restarts ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_restart_next_call_succeeds_and_old_lease_is_lost(own_server):
+    sem = Semaphore("restarted", limit=1, timeout=30)
+    old = sem.acquire()
+    assert sem.acquire() is None
+    own_server.restart()  # every key and script is gone; pooled connections are stale
+    new = sem.acquire()
+    assert new is not None
+    assert new.token > old.token  # the counter is re-seeded from server time
+    assert old.refresh() is False
+    assert old.release() is False
+    assert [h.identifier for h in sem.holders()] == [new.identifier]
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_restart_async(own_server):
+    sem = Semaphore("arestarted", limit=1, timeout=30)
+    old = await sem.aacquire()
+    own_server.restart()
+    new = await sem.aacquire()
+    assert new is not None and new.token > old.token
+    assert await old.arefresh() is False
+    assert await old.arelease() is False
+
+
+@pytest.mark.slow
+def test_restart_through_the_django_redis_alias(settings, own_server):
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": own_server.url,
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 2},
+        }
+    }
+    settings.SEMAPHORE_REDIS = "default"
+    sem = Semaphore("arestarted", limit=1, timeout=30)
+    old = sem.acquire()
+    own_server.restart()
+    assert sem.acquire() is not None
+    assert old.release() is False
+
+
+# -- round trips, and never KEYS -------------------------------------------------------
+
+
+@contextlib.contextmanager
+def monitoring(server):
+    """The list of commands sent to ``server`` in the block, as MONITOR saw them.
+
+    Commands run by scripts are left out: the list shows the round trips.  So
+    are the process's background poll (the runtime overrides, the stats flush:
+    :mod:`django_semaphore.control`, on a timer, not part of any operation) and
+    connection handshakes (a connection opened while the poller used the other).
+    """
+    marker = f"end-{time.monotonic_ns()}"
+    sent = []
+    watcher, other = redis.Redis(port=server.port), redis.Redis(port=server.port)
+    other.ping()  # its connection handshake happens before MONITOR starts
+    with watcher, other, watcher.monitor() as monitor:
+        yield sent
+        other.echo(marker)
+        while True:
+            command = monitor.next_command()
+            if command["command"] == f"ECHO {marker}":
+                break
+            text = command["command"]
+            name = text.split(" ", 1)[0].upper()
+            if command["client_type"] == "lua" or name in ("HELLO", "CLIENT"):
+                continue
+            if ":control" in text or ":stats:" in text:
+                continue
+            sent.append(name)
+
+
+def test_one_round_trip_per_operation(own_server):
+    sem = Semaphore("trips", limit=1, timeout=30)
+    warm = sem.acquire()  # connect and load the scripts first: no part of an operation
+    warm.refresh()
+    warm.release()
+    with monitoring(own_server) as sent:
+        lease = sem.acquire()
+    assert lease is not None and sent == ["EVALSHA"]
+    with monitoring(own_server) as sent:
+        assert sem.acquire() is None  # refused: one round trip too
+    assert sent == ["EVALSHA"]
+    with monitoring(own_server) as sent:
+        assert lease.refresh() is True
+    assert sent == ["EVALSHA"]
+    with monitoring(own_server) as sent:
+        assert lease.release() is True
+    assert sent == ["EVALSHA"]
+    redis.Redis(port=own_server.port).script_flush()
+    with monitoring(own_server) as sent:
+        assert sem.acquire() is not None
+    assert sent == ["EVALSHA", "EVAL"]  # NOSCRIPT, then the source once
+    with monitoring(own_server) as sent:
+        assert sem.acquire() is None
+    assert sent == ["EVALSHA"]  # loaded again
+
+
+@pytest.mark.asyncio
+async def test_one_round_trip_per_async_operation(own_server):
+    sem = Semaphore("atrips", limit=1, timeout=30)
+    warm = await sem.aacquire()
+    await warm.arefresh()
+    await warm.arelease()
+    with monitoring(own_server) as sent:
+        lease = await sem.aacquire()
+    assert lease is not None and sent == ["EVALSHA"]
+    with monitoring(own_server) as sent:
+        assert await lease.arefresh() is True
+    assert sent == ["EVALSHA"]
+    with monitoring(own_server) as sent:
+        assert await lease.arelease() is True
+    assert sent == ["EVALSHA"]
+
+
+def test_no_operation_calls_keys(own_server):
+    # KEYS is renamed away on this server: any call to it would fail.
+    for algorithm in ["lua", "fair_locked", "fair", "basic"]:
+        sem = Semaphore("nokeys-" + algorithm, limit=1, timeout=30, algorithm=algorithm)
+        leases = []
+        for key in [None, "k"]:
+            leases.append(sem.acquire(key=key))
+            assert sem.acquire(key=key, wait=0.05) is None
+            assert len(sem.holders(key=key)) == 1
+            assert sem.available(key=key) == 0
+            assert leases[-1].refresh() is True
+        assert len(sem.partitions()) == 2
+        assert sem.purge_expired() == 0
+        assert all(lease.release() for lease in leases)
+    with pytest.raises(redis.ResponseError):
+        redis.Redis(port=own_server.port).keys("*")

@@ -1,0 +1,1 @@
+"""Tests of django_semaphore/config/, one file per module."""

@@ -1,0 +1,1 @@
+"""Tests of django_semaphore/engine/, one file per module."""

@@ -1,0 +1,509 @@
+"""The "lua" algorithm's scripts: TTLs under mixed TIMEOUTs, declared keys, Retry-After.
+
+* Processes that disagree on TIMEOUT (a rolling deploy that changes it) share
+  one semaphore: no write may shorten a TTL, so a holder keeps its slot
+  whatever TIMEOUT the others use.
+* Every key a script touches is declared in KEYS (Redis Cluster needs it):
+  each script runs here as a Redis ACL user allowed exactly the keys it
+  declares, so an undeclared key is a NOPERM error, not a silent success.
+* ``retry_after`` is an estimate from recent hold times and the queue ahead,
+  never later than the earliest lease expiry.
+"""
+
+import asyncio
+import datetime
+import json
+import math
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from django_semaphore import Semaphore, SemaphoreFull, semaphores
+from django_semaphore.backend import connection
+from django_semaphore.backend.keys import glob_escape
+from django_semaphore.backend.scripting import Script, execute, run
+from django_semaphore.engine.algorithms import ALGORITHMS, Granted, Refused
+from django_semaphore.engine.inspection import holders, purge, status
+from django_semaphore.engine.waiting import TICKET_MS
+from tests.helpers import wait_until
+from tests.settings_web import WEB_SEMAPHORES
+
+LUA = ALGORITHMS["lua"]
+
+LONG = 30  # seconds: the long-TIMEOUT process
+SHORT = 0.5  # seconds: the short-TIMEOUT process
+
+
+def _pttls(raw_redis, names):
+    return {name: raw_redis.pttl(name) for name in names}
+
+
+def _assert_not_shortened(before, after, elapsed_ms):
+    """Every TTL in ``after`` is what it was in ``before``, less the time elapsed, or longer."""
+    for name, ttl in before.items():
+        assert after[name] >= ttl - elapsed_ms - 5, (name, ttl, after[name])
+
+
+# -- item 4: processes that disagree on TIMEOUT ------------------------------------------
+
+
+@pytest.mark.parametrize("slots", [False, True], ids=["plain", "SLOTS"])
+def test_a_long_timeout_holder_keeps_its_slot_while_short_timeout_callers_churn(raw_redis, slots):
+    # The long holder neither releases nor refreshes while callers with a
+    # TIMEOUT 60 x shorter acquire, queue, give up and release on the same
+    # semaphore for several of their TTLs; the keys must keep it, and the
+    # limit must hold throughout.
+    long_sem = Semaphore("mixed", limit=2, timeout=LONG, slots=slots)
+    short_sem = Semaphore("mixed", limit=2, timeout=SHORT, slots=slots)
+    keys = long_sem.partition()
+    long_lease = long_sem.acquire()
+    churn_until = time.monotonic() + 4 * (SHORT + 1)  # well past the short keys' TTL (SHORT + 1 s + SHORT)
+    grants = 0
+    while time.monotonic() < churn_until:
+        lease = short_sem.acquire()
+        assert lease is not None
+        grants += 1
+        assert short_sem.acquire() is None  # long + one short: full, no over-admission
+        assert short_sem.acquire(wait=0.01) is None  # queued, then gave up
+        assert lease.release() is True
+    holders = long_sem.holders()
+    assert [h.identifier for h in holders] == [long_lease.identifier]
+    held = (keys.timeouts, keys.holds)  # (no owners ZSET: the token lives in the record)
+    for name in (*held, keys.slots) if slots else held:  # (the bitmap: SLOTS only)
+        assert raw_redis.pttl(name) >= long_lease.expires_ms - _server_ms(raw_redis) + 1000 - 5, name
+    assert long_sem.acquire() is not None
+    assert short_sem.acquire() is None
+    assert long_lease.refresh() is True and long_lease.release() is True
+    print(f"MIXED TIMEOUT: {grants} short-TIMEOUT cycles, the {LONG}s holder kept its slot")
+
+
+def test_a_short_timeout_waiter_never_shortens_the_queue_ttl(raw_redis):
+    long_sem = Semaphore("mixed-queue", limit=1, timeout=LONG)
+    keys = long_sem.partition()
+    client = connection.get_client()
+    assert long_sem.acquire() is not None
+    # A long-TIMEOUT waiter takes a ticket (one acquire, not a waiting loop),
+    # then a short-TIMEOUT one.
+    run(client, LUA.acquire(keys, 1, LONG * 1000, "long-waiter", "{}", TICKET_MS))
+    before = _pttls(raw_redis, [keys.queue, keys.queue_deadlines])
+    started = time.monotonic()
+    run(client, LUA.acquire(keys, 1, int(SHORT * 1000), "short-waiter", "{}", TICKET_MS))
+    after = _pttls(raw_redis, [keys.queue, keys.queue_deadlines])
+    print(f"QUEUE TTL before/after a short-TIMEOUT waiter: {before} -> {after}")
+    _assert_not_shortened(before, after, (time.monotonic() - started) * 1000)
+
+
+def test_a_re_created_key_never_shortens_the_others_ttl(raw_redis):
+    # maxmemory's volatile-* policies evict one key at a time: the holds HASH
+    # can vanish while the ZSETs stay. A short-TIMEOUT acquire then rewrites
+    # the TTLs; it must not cut the ones the long holder's keys have.
+    long_sem = Semaphore("mixed-evicted", limit=3, timeout=LONG)
+    keys = long_sem.partition()
+    long_lease = long_sem.acquire()
+    raw_redis.delete(keys.holds)
+    names = [keys.timeouts]
+    before = _pttls(raw_redis, names)
+    started = time.monotonic()
+    assert Semaphore("mixed-evicted", limit=3, timeout=SHORT).acquire() is not None
+    after = _pttls(raw_redis, names)
+    print(f"TTL before/after a short-TIMEOUT acquire re-created the HASH: {before} -> {after}")
+    _assert_not_shortened(before, after, (time.monotonic() - started) * 1000)
+    assert raw_redis.pttl(keys.holds) > (long_lease.expires_ms - _server_ms(raw_redis)) + 1000 - 5
+
+
+def test_a_wake_up_list_lives_as_long_as_the_waiters_lease(raw_redis):
+    # API: every key has a TTL of at least TIMEOUT + 1 s (the wake-up lists
+    # had a flat 10 s). A waiter that does not read its wake-up at once (a
+    # ticket taken by one acquire here) still finds it.
+    sem = Semaphore("wake-ttl", limit=1, timeout=LONG)
+    keys = sem.partition()
+    client = connection.get_client()
+    holder = sem.acquire()
+    run(client, LUA.acquire(keys, 1, LONG * 1000, "waiter", "{}", TICKET_MS))
+    started = time.monotonic()
+    assert holder.release() is True
+    pttl = raw_redis.pttl(keys.wake("waiter"))
+    print(f"WAKE-UP LIST TTL under TIMEOUT {LONG}s: {pttl} ms")
+    assert pttl >= LONG * 1000 + 1000 - (time.monotonic() - started) * 1000 - 5
+
+
+def _server_ms(client):
+    seconds, micros = client.time()
+    return seconds * 1000 + micros // 1000
+
+
+# -- item 9: every key a script touches is declared -------------------------------------
+
+
+class _DeclaredKeysOnly:
+    """Runs every script as a Redis user that may touch only the keys the script declares."""
+
+    def __init__(self, raw_redis, redis_url):
+        self.admin = raw_redis
+        self.user = f"declared-{uuid.uuid4().hex[:8]}"
+        self._set_keys(())
+        self.client = redis.Redis.from_url(redis_url, username=self.user, password="any")
+        self.normal = connection.get_client()
+        self.scripts = []
+
+    def _set_keys(self, keys):
+        patterns = [f"~{glob_escape(k)}" for k in keys]
+        self.admin.execute_command(
+            "ACL", "SETUSER", self.user, "on", "nopass", "+@all", "resetkeys", *patterns
+        )
+
+    def run(self, operation):
+        try:
+            request = next(operation)
+            while True:
+                if type(request) is Script:
+                    self._set_keys(request.keys)
+                    self.scripts.append(request.script.name)
+                    reply = execute(self.client, request)
+                else:
+                    reply = execute(self.normal, request)
+                request = operation.send(reply)
+        except StopIteration as done:
+            return done.value
+
+    def close(self):
+        self.client.close()
+        self.admin.execute_command("ACL", "DELUSER", self.user)
+
+
+@pytest.fixture
+def declared(raw_redis, redis_url):
+    checker = _DeclaredKeysOnly(raw_redis, redis_url)
+    yield checker
+    checker.close()
+
+
+def test_every_key_a_script_touches_is_declared(declared, raw_redis):
+    keys = Semaphore("declared", limit=2).partition()
+    check = declared.run
+    # Grants, a refusal, two waiters, an acquire-side grant to a waiter (a
+    # lease that expired), a release that grants a waiter its slot, a waiter
+    # finding its grant, a refresh, an abandon that gives a grant back, a lost
+    # refresh, a dropped waiter coming back to its place, and the readers.
+    h1 = check(LUA.acquire(keys, 2, 30000, "h1", "{}"))
+    assert isinstance(h1, Granted)
+    short = check(LUA.acquire(keys, 2, 200, "h2", "{}"))
+    assert isinstance(short, Granted)
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w1", "{}", TICKET_MS)), Refused)
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w2", "{}", TICKET_MS)), Refused)
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "nowait", "{}")), Refused)
+    wait_until(lambda: _server_ms(raw_redis) > short.expires_ms, message="h2 expired")
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w2", "{}", TICKET_MS)), Refused)  # grants w1
+    (grant,) = raw_redis.lrange(keys.wake("w1"), 0, -1)
+    assert LUA.grant_from(grant, 1, False) is not None  # "token:acquired_ms:expires_ms:slots"
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w1", "{}", TICKET_MS)), Granted)  # already its
+    assert check(LUA.release(keys, 2, "h1", h1.acquired_ms)) is True  # grants w2
+    (grant,) = raw_redis.lrange(keys.wake("w2"), 0, -1)
+    assert LUA.grant_from(grant, 1, False) is not None
+    assert check(LUA.refresh(keys, 30000, "w1"))
+    check(LUA.abandon(keys, 2, "w2"))
+    assert check(LUA.refresh(keys, 30000, "h2")) is None
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "h3", "{}")), Granted)
+    w3 = check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS))
+    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w4", "{}", TICKET_MS)), Refused)
+
+    def drop_w3():  # as when its claim window ends with it stalled (queue members: "ticket:permits:id")
+        for member in raw_redis.zrange(keys.queue, 0, -1):
+            if member.endswith(b":w3"):
+                raw_redis.zrem(keys.queue, member)
+                raw_redis.zrem(keys.queue_deadlines, member)
+        raw_redis.hdel(keys.waiters, "w3")
+
+    drop_w3()
+    back = check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket))
+    assert isinstance(back, Refused) and back.ahead == 0
+    assert [m.rsplit(b":", 1)[1] for m in raw_redis.zrange(keys.queue, 0, -1)] == [b"w3", b"w4"]
+    drop_w3()
+    assert check(LUA.release(keys, 2, "h3")) is True  # grants w4, the only one queued
+    back = check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket))
+    assert isinstance(back, Refused) and back.ahead == 0  # first in line again, behind no one
+    check(LUA.abandon(keys, 2, "w3"))
+    check(status(keys, LUA, 2, 30))
+    check(holders(keys, LUA))
+    check(purge(keys, LUA))
+    assert {"acquire", "release", "refresh", "abandon", "wake"} <= set(declared.scripts)
+
+
+# -- item 15: Retry-After is an estimate -------------------------------------------------
+
+HOLD = 0.3  # seconds: how long the modelled view holds its slot
+
+
+def _hold_a_few_times(sem, times=4, hold=HOLD):
+    for _ in range(times):
+        lease = sem.acquire()
+        assert lease is not None
+        time.sleep(hold)  # the guarded work
+        assert lease.release() is True
+
+
+def _model(hold_s, ahead, limit, until_expiry_s):
+    """API: from the hold times and the queue ahead; never later than the earliest expiry."""
+    estimate = math.ceil((ahead + 1) / limit) * hold_s
+    return max(1, math.ceil(min(estimate, until_expiry_s)))
+
+
+def test_retry_after_follows_recent_hold_times():
+    sem = Semaphore("estimate", limit=1, timeout=60)
+    _hold_a_few_times(sem)
+    holder = sem.acquire()
+    lease, retry_after = sem.try_acquire()
+    print(f"RETRY-AFTER of a {HOLD}s hold under TIMEOUT 60: {retry_after}s")
+    assert lease is None
+    assert retry_after in (1, 2)  # before: 60
+    with pytest.raises(SemaphoreFull) as info, sem.hold():
+        pass  # pragma: no cover
+    assert info.value.retry_after in (1, 2)
+    assert holder.release() is True
+
+
+@pytest.mark.asyncio
+async def test_async_retry_after_follows_recent_hold_times():
+    sem = Semaphore("aestimate", limit=2, timeout=60)
+    for _ in range(4):
+        lease = await sem.aacquire()
+        await asyncio.sleep(HOLD)  # the guarded work
+        assert await lease.arelease() is True
+    holders = [await sem.aacquire(), await sem.aacquire()]
+    lease, retry_after = await sem.atry_acquire()
+    assert lease is None and retry_after in (1, 2)  # before: 60
+    for holder in holders:
+        assert await holder.arelease() is True
+
+
+@pytest.mark.parametrize(("ahead", "holder_timeout"), [(0, 60), (20, 60), (20, 2)])
+def test_retry_after_counts_the_queue_ahead_and_never_passes_the_earliest_expiry(ahead, holder_timeout):
+    sem = Semaphore("estimate-queue", limit=1, timeout=60)
+    keys = sem.partition()
+    client = connection.get_client()
+    _hold_a_few_times(sem)
+    holder = Semaphore("estimate-queue", limit=1, timeout=holder_timeout).acquire()
+    for i in range(ahead):  # waiters that took a ticket (one acquire each, no loop)
+        run(client, LUA.acquire(keys, 1, 60000, f"queued-{i}", "{}", 30000))
+    lease, retry_after = sem.try_acquire()
+    until_expiry = (holder.expires_ms - _server_ms(client)) / 1000
+    # The hold times measured on the server are HOLD plus the round trips (a loaded machine: up to 2 x).
+    low, high = _model(HOLD, ahead, 1, until_expiry), _model(HOLD * 2, ahead, 1, until_expiry)
+    print(f"RETRY-AFTER with {ahead} ahead, earliest expiry in {until_expiry:.1f}s: {retry_after}s")
+    assert lease is None
+    assert low <= retry_after <= high
+    assert retry_after <= math.ceil(until_expiry)
+
+
+def test_retry_after_without_any_hold_time_yet_is_the_earliest_expiry():
+    sem = Semaphore("estimate-fresh", limit=1, timeout=60)
+    sem.acquire()
+    assert sem.try_acquire()[1] == 60
+
+
+def test_a_lost_lease_or_a_force_release_records_no_hold_time():
+    # Only holds that ended with a release count: a lease that expired, an
+    # operator's force-release, or an acquire given back after an error say
+    # nothing about how long the work takes.
+    sem = Semaphore("estimate-lost", limit=1, timeout=60)
+    lost = Semaphore("estimate-lost", limit=1, timeout=0.2).acquire()
+    wait_until(lambda: sem.available() == 1, message="lease expired")
+    assert lost.release() is False
+    forced = sem.acquire()
+    assert sem.force_release(forced.identifier) is True
+    sem.acquire()
+    assert sem.try_acquire()[1] == 60
+
+
+def test_web_429_retry_after_follows_the_view_hold_time(client, settings):
+    # A 0.3 s view under TIMEOUT 60: the 429's Retry-After says 1 or 2, not 60.
+    settings.SEMAPHORES = {**WEB_SEMAPHORES, "web-slow": {"LIMIT": 2, "TIMEOUT": 60}}
+    for _ in range(3):
+        assert client.get(f"/web/slow/?sleep={HOLD}").status_code == 200
+    holders = [semaphores["web-slow"].acquire(), semaphores["web-slow"].acquire()]
+    response = client.get("/web/slow/?sleep=0", HTTP_ACCEPT="application/json")
+    print(f"429 Retry-After of a {HOLD}s view under TIMEOUT 60: {response['Retry-After']}")
+    assert response.status_code == 429
+    assert response["Retry-After"] in ("1", "2")  # before: "60"
+    assert response.json()["retry_after"] == int(response["Retry-After"])
+    for lease in holders:
+        assert lease.release() is True
+
+
+# -- pay for what you use: no slot bitmap without SLOTS, the waiters flag ----------------
+
+
+def test_without_slots_permits_are_counted_and_no_bitmap_is_written(raw_redis):
+    sem = Semaphore("lean", limit=5, timeout=30)
+    keys = sem.partition()
+    three = sem.acquire(permits=3)
+    two = sem.acquire(permits=2)
+    assert three is not None and two is not None
+    assert (three.slots, three.permits, two.slots, two.permits) == ((), 3, (), 2)
+    assert sem.acquire() is None and sem.available() == 0
+    assert [(h.permits, h.slots) for h in sem.holders()] == [(3, ()), (2, ())]
+    assert raw_redis.exists(keys.slots) == 0  # the bitmap costs nothing without SLOTS
+    assert three.release() is True
+    assert sem.available() == 3
+    one = sem.acquire(permits=3)
+    assert one is not None and sem.acquire() is None
+    assert one.release() is True and two.release() is True
+    assert sem.available() == 5
+    # The permits beyond one per holder are back to 0: nothing leaks into the count.
+    assert int(raw_redis.hget(keys.holds, "+") or 0) == 0
+
+
+def test_the_permits_of_an_expired_weighted_holder_come_back_without_a_purge():
+    short = Semaphore("lean-expiry", limit=5, timeout=0.2)
+    lost = short.acquire(permits=4)
+    assert lost is not None and short.acquire(permits=2) is None
+    time.sleep(0.3)  # its lease ends: nobody released it
+    sem = Semaphore("lean-expiry", limit=5, timeout=30)
+    everything = sem.acquire(permits=5)  # the acquire purges the expired holder, all 4 permits
+    assert everything is not None and sem.available() == 0
+    assert lost.release() is False  # already gone: it gives back nothing twice
+    assert sem.available() == 0
+    assert everything.release() is True and sem.available() == 5
+
+
+@pytest.mark.parametrize("slots", [False, True], ids=["plain", "SLOTS"])
+def test_a_refresh_keeps_the_permits_and_the_slots(slots):
+    sem = Semaphore("lean-refresh", limit=4, timeout=30, slots=slots)
+    lease = sem.acquire(permits=3)
+    assert lease is not None and lease.refresh() is True
+    (holder,) = sem.holders()
+    assert (holder.permits, holder.slots) == (3, (0, 1, 2) if slots else ())
+    assert sem.acquire(permits=2) is None and sem.available() == 1
+    assert lease.release() is True and sem.available() == 4
+
+
+def test_the_waiters_flag_follows_the_queue(raw_redis):
+    """Releases and newcomers look at the queue only while the HASH's waiters flag says it
+    may hold waiters: set when one queues, cleared once the queue is empty again."""
+    sem = Semaphore("lean-flag", limit=1, timeout=30)
+    keys = sem.partition()
+    held = sem.acquire()
+    assert held is not None and raw_redis.hget(keys.holds, "w") is None
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(sem.acquire(wait=10)))
+    waiter.start()
+    wait_until(lambda: len(sem.waiters()) == 1, 5, message="queued")
+    assert raw_redis.hget(keys.holds, "w") == b"1"
+    assert sem.acquire() is None  # a newcomer does not pass the waiter
+    assert held.release() is True  # wakes the waiter
+    waiter.join(10)
+    (lease,) = got
+    assert lease is not None
+    assert raw_redis.hget(keys.holds, "w") is None  # the queue is empty again
+    assert lease.release() is True
+    assert sem.acquire() is not None  # the common path again
+
+
+# -- direct grant: a release hands the freed permits to the head of the queue ------------
+
+
+def test_a_release_grants_the_head_waiters_in_queue_order_inside_the_script(raw_redis):
+    keys = Semaphore("direct", limit=2).partition()
+    check = lambda op: run(connection.get_client(), op)  # noqa: E731
+    first = check(LUA.acquire(keys, 2, 30000, "h1", "{}"))
+    second = check(LUA.acquire(keys, 2, 30000, "h2", "{}"))
+    for waiter in ("w1", "w2", "w3"):
+        assert isinstance(
+            check(LUA.acquire(keys, 2, 30000, waiter, json.dumps({"who": waiter}), TICKET_MS)), Refused
+        )
+    assert check(LUA.release(keys, 2, "h1", first.acquired_ms)) is True
+    assert check(LUA.release(keys, 2, "h2", second.acquired_ms)) is True
+    # Before either waiter runs again, both are holders, with tokens in queue order, and
+    # their grants wait in their wake-up lists; w3 still queues.
+    held = check(holders(keys, LUA))
+    assert [h.identifier for h in held] == ["w1", "w2"]
+    assert held[0].token < held[1].token and held[0].meta == {"who": "w1"}
+    assert held[0].expires_at < held[0].acquired_at + datetime.timedelta(seconds=1)  # a claim lease
+    grants = [LUA.grant_from(raw_redis.lindex(keys.wake(w), 0), 1, False) for w in ("w1", "w2")]
+    assert [g.token for g in grants] == [h.token for h in held]
+    assert [m.rsplit(b":", 1)[1] for m in raw_redis.zrange(keys.queue, 0, -1)] == [b"w3"]
+    # w2 gives up without ever seeing its grant: it goes to w3.
+    check(LUA.abandon(keys, 2, "w2"))
+    assert [h.identifier for h in check(holders(keys, LUA))] == ["w1", "w3"]
+    assert raw_redis.exists(keys.wake("w2")) == 0 and raw_redis.zcard(keys.queue) == 0
+
+
+def test_a_granted_waiter_holds_its_own_timeout_after_one_refresh():
+    sem = Semaphore("direct-claim", limit=1, timeout=30)
+    held = sem.acquire()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(sem.acquire(wait=10)))
+    waiter.start()
+    wait_until(lambda: len(sem.waiters()) == 1, 5, message="queued")
+    ticket = sem.waiters()[0].since
+    assert held.release() is True
+    waiter.join(10)
+    (lease,) = got
+    assert lease is not None and lease.ticket  # granted from the queue
+    assert lease.expires_ms - lease.acquired_ms > 25_000  # its own TIMEOUT, not the 0.5 s claim
+    (holder,) = sem.holders()
+    assert holder.identifier == lease.identifier
+    assert holder.acquired_at >= ticket.replace(microsecond=ticket.microsecond // 1000 * 1000)  # ms vs µs
+    time.sleep(0.6)  # past the claim lease: still held
+    assert lease.refresh() is True and lease.release() is True
+
+
+def test_a_holder_record_no_lease_backs_is_purged_with_its_weighted_permits(raw_redis):
+    # The "lua" engine keeps each holder's token in its record (no owners
+    # ZSET). A record that no timeouts entry backs (a script stopped by an
+    # error between its writes) is found by the purge from the records
+    # themselves, and its extra permits leave the weighted count.
+    sem = Semaphore("orphan-record", limit=5, timeout=30)
+    live = sem.acquire(permits=2)
+    assert live is not None
+    keys = sem.partition()
+    raw_redis.hset(keys.holds, mapping={"ghost": "1:1:{}", "*ghost": 2})
+    raw_redis.hincrby(keys.holds, "+", 1)
+    assert sem.available() == 2  # the ghost's permit beyond its first counts until purged
+    assert sem.purge_expired(dry_run=True) == 1
+    assert raw_redis.hexists(keys.holds, "ghost")
+    assert sem.purge_expired() == 1
+    assert not raw_redis.hexists(keys.holds, "ghost") and not raw_redis.hexists(keys.holds, "*ghost")
+    assert sem.available() == 3
+    assert [h.identifier for h in sem.holders()] == [live.identifier]
+    assert sem.purge_expired() == 0 and live.release() is True
+
+
+def test_holders_are_listed_in_grant_order_whatever_their_expiry(raw_redis):
+    # Listed from the timeouts ZSET (by expiry) and sorted by token: the
+    # order they were granted in, as the owners ZSET gave it before.
+    sem = Semaphore("listed", limit=3, timeout=30)
+    first = sem.acquire()
+    second = sem.acquire()
+    third = sem.acquire()
+    assert first and second and third
+    assert second.refresh() is True and first.refresh() is True  # expiry order: third, second, first
+    assert [h.identifier for h in sem.holders()] == [first.identifier, second.identifier, third.identifier]
+
+
+def _holds_recorded(raw_redis, keys):
+    return int(raw_redis.hget(keys.holds, "%") or 0) % 1024  # the packed count (HOLD_SCALE)
+
+
+def test_hold_times_are_recorded_only_while_an_estimate_is_needed(raw_redis):
+    # An uncontended release records its hold time only until 8 are recorded
+    # (HOLD_FIRST): after that, nobody is told a Retry-After, and the release
+    # spends no call on it. A refusal makes the releases record again, so the
+    # refused callers' successors get an estimate from recent holds.
+    sem = Semaphore("sampled", limit=1, timeout=30)
+    keys = sem.partition()
+    for _ in range(20):
+        lease = sem.acquire()
+        assert lease is not None and lease.release() is True
+    assert _holds_recorded(raw_redis, keys) == 8
+    held = sem.acquire()
+    assert held is not None
+    assert sem.acquire() is None  # refused: the releases sample again
+    assert held.release() is True
+    for _ in range(3):
+        lease = sem.acquire()
+        assert lease is not None and lease.release() is True
+    assert _holds_recorded(raw_redis, keys) == 12

@@ -1,0 +1,1 @@
+"""Tests of django_semaphore/ops/, one file per module."""

@@ -1,0 +1,234 @@
+"""Prometheus metrics: scrape the endpoint with the test client, parse the text format."""
+
+import threading
+
+import pytest
+from django.urls import include, path
+from prometheus_client.parser import text_string_to_metric_families
+
+from django_semaphore import Semaphore, SemaphoreBackendError, semaphores
+from django_semaphore.ops import metrics
+from django_semaphore.ops.metrics import track
+
+# This module is also the URLconf of its tests (pytest.mark.urls below).
+urlpatterns = [path("metrics/", include("django_semaphore.metrics.urls"))]
+
+pytestmark = pytest.mark.urls(__name__)
+
+
+@pytest.fixture(autouse=True)
+def forget_ad_hoc_semaphores():
+    """Other tests use hundreds of ad-hoc names: start each test with none tracked."""
+    saved = dict(metrics._tracked)
+    metrics._tracked.clear()
+    yield
+    metrics._tracked.clear()
+    metrics._tracked.update(saved)
+
+
+def scrape(client, accept=None):
+    headers = {"HTTP_ACCEPT": accept} if accept else {}
+    response = client.get("/metrics/", **headers)
+    assert response.status_code == 200, response.content
+    samples = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def delta(before, after, name, **labels):
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+@pytest.fixture
+def configured(settings):
+    settings.SEMAPHORES = {
+        "reports": {"LIMIT": 2, "TIMEOUT": 5},
+        "per-user": {"LIMIT": 3, "TIMEOUT": 5, "KEY": "user"},
+    }
+
+
+def test_gauges_read_from_redis_and_partitions_aggregated(client, configured):
+    reports, per_user = semaphores["reports"], semaphores["per-user"]
+    before = scrape(client)
+    assert value(before, "django_semaphore_limit", semaphore="reports") == 2
+    assert value(before, "django_semaphore_holders", semaphore="reports") == 0
+    assert value(before, "django_semaphore_up") == 1
+
+    held = [
+        reports.acquire(),
+        per_user.acquire("user:1"),
+        per_user.acquire("user:1"),
+        per_user.acquire("user:2"),
+    ]
+    assert all(held)
+    after = scrape(client)
+    assert value(after, "django_semaphore_limit", semaphore="per-user") == 3
+    assert value(after, "django_semaphore_holders", semaphore="reports") == 1
+    assert value(after, "django_semaphore_holders", semaphore="per-user") == 3
+    assert value(after, "django_semaphore_partition_holders_max", semaphore="per-user") == 2
+    assert value(after, "django_semaphore_partitions", semaphore="per-user") == 2
+    assert value(after, "django_semaphore_waiting", semaphore="per-user") == 0
+    for lease in held:
+        lease.release()
+    assert value(scrape(client), "django_semaphore_holders", semaphore="per-user") == 0
+
+
+def test_counters_follow_the_signals(client, configured):
+    reports = semaphores["reports"]
+    before = scrape(client)
+    a, b = reports.acquire(), reports.acquire()
+    assert reports.acquire() is None  # refused
+    a.release()
+    reports.force_release(b.identifier)  # an operator takes b's slot away
+    assert b.refresh() is False
+    after = scrape(client)
+    assert delta(before, after, "django_semaphore_acquisitions_total", semaphore="reports") == 2
+    assert delta(before, after, "django_semaphore_refusals_total", semaphore="reports") == 1
+    assert delta(before, after, "django_semaphore_releases_total", semaphore="reports") == 1
+    assert delta(before, after, "django_semaphore_lost_leases_total", semaphore="reports") == 1
+    assert (
+        delta(before, after, "django_semaphore_wait_seconds_count", semaphore="reports", outcome="acquired")
+        == 2
+    )
+    assert (
+        delta(before, after, "django_semaphore_wait_seconds_count", semaphore="reports", outcome="refused")
+        == 1
+    )
+
+
+def test_wait_histogram_buckets(client, configured):
+    reports = semaphores["reports"]
+    held = [reports.acquire(), reports.acquire()]
+    before = scrape(client)
+    assert reports.acquire(wait=0.3) is None  # queued 0.3 s, then refused
+
+    # A waiter served when a holder releases: it waited until the release.
+    result = {}
+
+    def waiter():
+        result["lease"] = reports.acquire(wait=10)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    while reports.status().waiting != 1:
+        pass
+    held.pop().release()
+    thread.join(10)
+    lease = result["lease"]
+    assert lease is not None
+    after = scrape(client)
+
+    def bucket(le, outcome):
+        name = "django_semaphore_wait_seconds_bucket"
+        return delta(before, after, name, semaphore="reports", outcome=outcome, le=le)
+
+    assert bucket("0.25", "refused") == 0 and bucket("0.5", "refused") == 1
+    assert bucket("+Inf", "acquired") == 1
+    assert (
+        delta(before, after, "django_semaphore_wait_seconds_sum", semaphore="reports", outcome="refused")
+        >= 0.3
+    )
+    lease.release()
+    held[0].release()
+
+
+def test_ad_hoc_semaphores_are_reported_once_used_or_tracked(client, configured):
+    crawler = Semaphore("crawler", limit=3, timeout=5)
+    assert value(scrape(client), "django_semaphore_limit", semaphore="crawler") == 0
+    with crawler.hold():
+        samples = scrape(client)
+    assert value(samples, "django_semaphore_limit", semaphore="crawler") == 3
+    assert value(samples, "django_semaphore_holders", semaphore="crawler") == 1
+
+    other = Semaphore("used-elsewhere", limit=4, timeout=5)
+    track(other)
+    assert value(scrape(client), "django_semaphore_limit", semaphore="used-elsewhere") == 4
+
+
+def test_backend_failures_are_counted_and_scrape_still_answers(client, configured, settings):
+    before = scrape(client)
+    settings.SEMAPHORE_REDIS = {"URL": "redis://127.0.0.1:1/0", "OPTIONS": {"socket_connect_timeout": 0.5}}
+    with pytest.raises(SemaphoreBackendError):
+        semaphores["reports"].acquire()
+    samples = scrape(client)  # the gauges cannot be read: up 0, no 500
+    assert value(samples, "django_semaphore_up") == 0
+    assert value(samples, "django_semaphore_holders", semaphore="reports") == 0
+    failures = delta(before, samples, "django_semaphore_backend_failures_total", server="127.0.0.1:1")
+    assert failures == 2  # the acquire, then the scrape's own SCAN
+
+
+def test_unusable_settings_do_not_break_the_scrape(client, configured, settings):
+    settings.SEMAPHORE_KEY_PREFIX = "bad prefix{}"  # system check E014
+    samples = scrape(client)
+    assert value(samples, "django_semaphore_up") == 0
+
+
+def test_openmetrics_when_asked(client, configured):
+    response = client.get("/metrics/", HTTP_ACCEPT="application/openmetrics-text; version=1.0.0")
+    assert response["Content-Type"].startswith("application/openmetrics-text")
+    assert b"# EOF" in response.content
+    assert "no-cache" in response["Cache-Control"] or "max-age=0" in response["Cache-Control"]
+
+
+def test_ad_hoc_names_are_bounded_and_labels_always_valid(client, configured, monkeypatch):
+    monkeypatch.setattr(metrics, "MAX_AD_HOC", 2)
+    odd = Semaphore("odd-\ud800-name", limit=1, timeout=5)  # a lone surrogate: not UTF-8
+    first, extra = Semaphore("first", limit=1, timeout=5), Semaphore("extra", limit=1, timeout=5)
+    before = scrape(client)
+    for sem in (odd, first, extra):
+        sem.acquire().release()
+    samples = scrape(client)
+    assert delta(before, samples, "django_semaphore_acquisitions_total", semaphore="odd-\\ud800-name") == 1
+    assert delta(before, samples, "django_semaphore_acquisitions_total", semaphore="first") == 1
+    assert delta(before, samples, "django_semaphore_acquisitions_total", semaphore="_other") == 1
+    assert value(samples, "django_semaphore_limit", semaphore="odd-\\ud800-name") == 1
+    assert value(samples, "django_semaphore_limit", semaphore="extra") == 0  # beyond the bound
+
+
+_CHILD = """
+import os, sys
+import django
+django.setup()
+from django.test import RequestFactory, override_settings
+from django_semaphore import semaphores
+from django_semaphore.metrics import metrics_view
+override_settings(SEMAPHORES={"reports": {"LIMIT": 2, "TIMEOUT": 300}}).enable()
+if sys.argv[1] == "hold":  # exits holding the slot (it expires after TIMEOUT)
+    assert semaphores["reports"].acquire() is not None
+elif sys.argv[1] == "refused":
+    assert semaphores["reports"].acquire() is None
+else:
+    sys.stdout.write(metrics_view(RequestFactory().get("/metrics/")).content.decode())
+"""
+
+
+def test_multiprocess_mode_adds_up_every_process(subprocess_env, tmp_path):
+    """Under PROMETHEUS_MULTIPROC_DIR the scrape counts what other processes did."""
+    import subprocess
+    import sys
+
+    env = {**subprocess_env, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for role in ("hold", "hold", "refused"):  # three worker processes, one after the other
+        subprocess.run([sys.executable, "-c", _CHILD, role], env=env, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, "scrape"],
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    ).stdout
+    samples = {}
+    for family in text_string_to_metric_families(out):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    assert value(samples, "django_semaphore_acquisitions_total", semaphore="reports") == 2
+    assert value(samples, "django_semaphore_refusals_total", semaphore="reports") == 1
+    assert value(samples, "django_semaphore_holders", semaphore="reports") == 2
+    assert value(samples, "django_semaphore_up") == 1

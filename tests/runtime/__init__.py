@@ -1,0 +1,1 @@
+"""Tests of django_semaphore/runtime/, one file per module."""

@@ -1,0 +1,1 @@
+"""Tests of django_semaphore/web/, one file per module."""
