@@ -155,15 +155,13 @@ local expires = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], 'NX', expires, ARGV[3])
 local token = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 redis.call('HSET', KEYS[3], '#', token, ARGV[3], token .. ':' .. now .. ':' .. ARGV[4])
-redis.call('ZADD', KEYS[2], token, ARGV[3])
 return {1, token, now, expires, 0, ''}
 """
 MINIMAL_RELEASE = """
 redis.call('TIME')
 redis.call('ZSCORE', KEYS[1], ARGV[1])
-redis.call('HMGET', KEYS[3], '*' .. ARGV[1], '@' .. ARGV[1], 'w', '%')
+redis.call('HMGET', KEYS[3], '*' .. ARGV[1], '@' .. ARGV[1], 'w', '%', 'r')
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1], '*' .. ARGV[1], '@' .. ARGV[1])
 return {1}
 """
