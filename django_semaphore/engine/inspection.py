@@ -94,8 +94,8 @@ def holders(keys: PartitionKeys, algorithm: Algorithm) -> Operation[list[Holder]
     """
     reply = yield Script(HOLDERS, keys.main, (algorithm.clock(),))
     result = [_parse_holder(*reply[i : i + 5]) for i in range(1, len(reply), 5)]
-    # The owner ZSET scores are doubles: beyond 2**53 neighbouring tokens
-    # can share a score, so the exact tokens settle the order.
+    # The script sorts by token as decimal strings; the seed variants'
+    # tokens are integers too: the exact tokens settle the order here.
     result.sort(key=lambda holder: holder.token)
     return result
 
