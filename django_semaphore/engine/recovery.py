@@ -11,13 +11,16 @@ once it resumes.  Two kinds of work are remembered here and finished later:
 * a **failed release** (:func:`remember_release`): the slot would stay taken
   until TIMEOUT.  It is sent again.
 
-A background daemon thread, one per process (``django-semaphore-recovery``,
-started on first need and then kept), retries the remembered work until Redis
-answers, waiting ``BACKOFF_MIN`` seconds after a failure, doubling up to
-``BACKOFF_MAX`` while Redis keeps failing: the slots come back within a
-couple of seconds of Redis answering again, from the process that took them,
-without any call by the application.  It takes the entries one at a time,
-releases first.
+The ``recovery`` job of the process's background scheduler
+(:mod:`~django_semaphore.runtime.scheduler`, thread
+``django-semaphore-scheduler``; scheduled when work is remembered) retries
+the remembered work until Redis answers, waiting ``BACKOFF_MIN`` seconds
+after a failure, doubling up to ``BACKOFF_MAX`` while Redis keeps failing:
+the slots come back within a couple of seconds of Redis answering again, from
+the process that took them, without any call by the application.  It takes
+the entries one at a time, releases first, for at most ``SLICE`` seconds a
+turn (then it runs again at once, after the scheduler's other jobs due
+meanwhile).  Below, "the thread" is that job.
 
 An acquire that reaches Redis wakes the thread at once (:func:`kick`).  If it
 was refused, it first finishes a little of its own partition's work inline
@@ -38,8 +41,9 @@ answers, however late: a buffered acquire runs when Redis resumes, and the
 lease it grants lasts TIMEOUT from then.  Best effort: a buffered acquire that
 Redis runs after it was undone is not seen.
 
-After ``fork()`` the child starts empty, without the thread: the parent's
-thread finishes the parent's work, and the child never releases its parent's
+After ``fork()`` the child starts empty, without the thread
+(:mod:`~django_semaphore.runtime.forks`): the parent's thread finishes the
+parent's work, and the child never releases its parent's
 slots.  A change of SEMAPHORE_REDIS, CACHES or SEMAPHORE_KEY_PREFIX forgets
 everything remembered (it concerned another server or key space).
 
@@ -52,7 +56,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -65,7 +68,8 @@ from ..backend import connection
 from ..backend.keys import PartitionKeys
 from ..backend.scripting import Client, Operation, arun, run
 from ..exceptions import SemaphoreBackendError
-from ..runtime import control
+from ..runtime import control, forks
+from ..runtime.scheduler import Scheduler, scheduler
 from .algorithms import ALGORITHMS
 
 if TYPE_CHECKING:
@@ -79,8 +83,9 @@ IN_FLIGHT_WAIT = 0.5  # seconds it waits for the thread's answer on an entry of 
 BACKOFF_MIN = 0.2  # seconds from a failure to the first retry
 BACKOFF_MAX = 2.0  # the longest pause between two retries while Redis keeps failing
 MOOT_AFTER = 1.0  # a failed release is dropped TIMEOUT + this many seconds after it failed
+SLICE = 0.2  # seconds of work a turn of the job does before the scheduler's other jobs due
 
-THREAD_NAME = "django-semaphore-recovery"
+THREAD_NAME = scheduler().thread_name  # the thread the retries run on
 
 
 def forget(config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> Operation[bool]:
@@ -125,18 +130,19 @@ class Entry:
 
 
 class Recovery:
-    """The remembered work of this process and the thread that finishes it."""
+    """The remembered work of this process and the scheduler job that finishes it
+    (without a ``scheduler``: the tables alone, for tests)."""
 
-    def __init__(self) -> None:
+    def __init__(self, scheduler: Scheduler | None = None) -> None:
+        self._scheduler = scheduler
+        self._job = None if scheduler is None else scheduler.job("recovery", self._turn)
         self._reset()
 
     def _reset(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._acquires: collections.OrderedDict[str, Entry] = collections.OrderedDict()
         self._releases: collections.OrderedDict[str, Entry] = collections.OrderedDict()
-        self._thread: threading.Thread | None = None
         self._in_flight: Entry | None = None  # the entry the thread is working on
-        self._due = 0.0  # monotonic time of the next attempt
         self._backoff = BACKOFF_MIN
         self._generation = 0  # bumped by clear(): work taken before it is not put back
         # Slots given back, numbered, and the number of the last one per
@@ -173,16 +179,14 @@ class Recovery:
 
     def _add(self, entry: Entry) -> None:
         with self._cond:
-            if not self:
-                self._due = time.monotonic() + BACKOFF_MIN  # Redis just failed: not at once
+            first = not self
             table = self._table(entry)
             table[entry.identifier] = entry
             while len(table) > MAX:
                 table.popitem(last=False)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-                self._thread.start()
             self._cond.notify_all()
+        if self._job is not None and (first or not self._job.active):
+            self._job.schedule(BACKOFF_MIN, sooner=True)  # Redis just failed: not at once
 
     def drop_release(self, identifier: str) -> None:
         """Forget a remembered release (the caller got it answered itself)."""
@@ -193,8 +197,9 @@ class Recovery:
         """Redis answers again: retry now, not after the backoff."""
         with self._cond:
             self._backoff = BACKOFF_MIN
-            self._due = 0.0
-            self._cond.notify_all()
+            work = bool(self._acquires or self._releases)
+        if work and self._job is not None:
+            self._job.schedule(0.0, sooner=True)
 
     def pending(self) -> int:
         """How many entries wait, in flight included (for tests and debugging)."""
@@ -215,7 +220,8 @@ class Recovery:
 
     @property
     def thread(self) -> threading.Thread | None:
-        return self._thread
+        """The scheduler's thread the retries run on (None before it starts, and in a forked child)."""
+        return None if self._scheduler is None else self._scheduler.thread
 
     def put_back(self, entries: list[Entry], generation: int, ahead: bool = True) -> None:
         """Return work that could not be done (unless cleared since), ahead of
@@ -286,18 +292,7 @@ class Recovery:
                 self._cond.wait(remaining)
             return self._freed.get(keys.base, 0) > mark
 
-    # -- the thread ---------------------------------------------------------------
-
-    def _wait_until_due(self) -> None:
-        with self._cond:
-            while True:
-                if self._acquires or self._releases:
-                    delay = self._due - time.monotonic()
-                    if delay <= 0:
-                        return
-                    self._cond.wait(delay)
-                else:
-                    self._cond.wait()
+    # -- the thread: the scheduler's recovery job ----------------------------------------
 
     def _next(self, generation: int) -> Entry | None:
         """Take out the oldest entry (releases first); None when nothing is left
@@ -315,25 +310,28 @@ class Recovery:
             self._in_flight = table.popitem(last=False)[1]
             return self._in_flight
 
-    def _run(self) -> None:
-        while True:
-            self._wait_until_due()
-            failed = True
-            try:
-                failed = self._work()
-            except Exception:  # never let the thread die: it owns every process-wide retry
-                logger.exception("Unexpected error while retrying Redis requests left unanswered")
-            with self._cond:
-                self._in_flight = None
-                self._cond.notify_all()
-                if failed:
-                    self._due = time.monotonic() + self._backoff
-                    self._backoff = min(self._backoff * 2, BACKOFF_MAX)
-                else:
-                    self._backoff = BACKOFF_MIN
+    def _turn(self) -> float | None:
+        """One turn of the recovery job: work for up to SLICE seconds; the seconds
+        until the next turn (None when nothing is left)."""
+        if not (self._acquires or self._releases):
+            return None
+        failed = True
+        try:
+            failed = self._work(time.monotonic() + SLICE)
+        except Exception:  # the job owns every process-wide retry: log, and back off
+            logger.exception("Unexpected error while retrying Redis requests left unanswered")
+        with self._cond:
+            self._in_flight = None
+            self._cond.notify_all()
+            if failed:
+                delay, self._backoff = self._backoff, min(self._backoff * 2, BACKOFF_MAX)
+                return delay
+            self._backoff = BACKOFF_MIN
+            return 0.0 if self._acquires or self._releases else None
 
-    def _work(self) -> bool:
-        """Work through the tables until they are empty (False) or Redis fails (True).
+    def _work(self, until: float) -> bool:
+        """Work through the tables until they are empty or it is ``until`` (False),
+        or Redis fails (True).
 
         Ends early (False) when the tables are cleared: the next round takes
         the client of the new settings.
@@ -343,7 +341,7 @@ class Recovery:
         client = connection.get_client()
         done = {"releases": 0, "acquires": 0, "slots": 0}
         try:
-            while (entry := self._next(generation)) is not None:
+            while time.monotonic() < until and (entry := self._next(generation)) is not None:
                 if entry.moot_at is not None and time.monotonic() > entry.moot_at:
                     self._finished(entry, False)  # the slot has expired by now
                     continue
@@ -370,14 +368,11 @@ class Recovery:
                 )
         return False
 
-    def _after_fork_in_child(self) -> None:
-        # The parent's work belongs to the parent (its thread goes on there);
-        # the lock may have been held at the fork.
-        self._reset()
 
-
-_recovery = Recovery()
-os.register_at_fork(after_in_child=_recovery._after_fork_in_child)
+_recovery = Recovery(scheduler())
+# The parent's work belongs to the parent (its thread goes on there); the lock
+# may have been held at the fork.
+forks.in_child(_recovery._reset)
 
 
 @receiver(setting_changed)

@@ -35,7 +35,7 @@ from ..backend.scripting import Client, Operation, arun, run
 from ..config import settings
 from ..config.validation import validate_entry
 from ..exceptions import RetryAfter, SemaphoreBackendError, SemaphoreFull
-from ..runtime import adaptive, adhoc, control, stats
+from ..runtime import adaptive, adhoc, control, forks, stats
 from ..runtime.control import Effective
 from . import discovery, handoff, inspection, recovery, waiting
 from .algorithms import ALGORITHMS, Algorithm, Granted, Outcome
@@ -68,7 +68,7 @@ _process: tuple[int | None, str | None, str] = (
 def meta_json(meta: dict[str, Any] | None, key: object) -> str:
     """The JSON stored with a holder: the caller's meta plus host, pid and the partition value."""
     global _process
-    pid = os.getpid()
+    pid = forks.pid()
     if _process[0] != pid:  # first call, or first call after fork()
         host = socket.gethostname()
         _process = (pid, host, json.dumps({"host": host, "pid": pid}, separators=(",", ":")))
@@ -776,7 +776,7 @@ class Lease:
         self._done = False
         self._lost = False
         self._retrying = False  # a release went unanswered: recovery retries it
-        self._pid = os.getpid()
+        self._pid = forks.pid()  # a lease belongs to the process that acquired it
         self._handed_off = False  # handoff(): another process refreshes and releases it
 
     def __repr__(self) -> str:
@@ -821,7 +821,7 @@ class Lease:
         response, until the adopter releases it or it expires.  ValueError if
         the lease was already released, lost or handed off.
         """
-        if self._done or self._lost or self._handed_off or self._pid != os.getpid():
+        if self._done or self._lost or self._handed_off or self._pid != forks.pid():
             raise ValueError(f"{self!r} is no longer held by this process: it cannot be handed off.")
         ticket = handoff.sign(
             handoff.Ticket(
@@ -926,7 +926,7 @@ class Lease:
         return self._algorithm.release(self.keys, limit, self.identifier, self.acquired_ms)
 
     def _usable(self) -> bool:
-        return not (self._done or self._lost or self._handed_off or self._pid != os.getpid())
+        return not (self._done or self._lost or self._handed_off or self._pid != forks.pid())
 
     def refresh(self) -> bool:
         """Extend the lease by TIMEOUT. False if the slot was already lost.
@@ -944,7 +944,7 @@ class Lease:
         return self._after_refresh(await arun(connection.get_async_client(), self._refresh_op()))
 
     def _releasable(self) -> bool:
-        return self._pid == os.getpid() and not self._handed_off and not (self._done and not self._retrying)
+        return self._pid == forks.pid() and not self._handed_off and not (self._done and not self._retrying)
 
     def release(self) -> bool:
         """Give the slot back. True if it was still held, False if it had been lost.
@@ -1086,4 +1086,4 @@ def _new_settling_lock() -> None:
     _settling = threading.Lock()  # it may have been held by a thread that did not survive fork()
 
 
-os.register_at_fork(after_in_child=_new_settling_lock)
+forks.in_child(_new_settling_lock)

@@ -1,9 +1,13 @@
 """The lease watchdog: renew leases while a guarded view (or its stream) runs.
 
-Sync leases are renewed by **one daemon thread per process** (started on first
-use), which sleeps until the next lease is due — about TIMEOUT/3 after its last
-renewal — and renews it.  Async views get an asyncio task per request instead
-(:class:`AsyncWatch`), so the event loop never waits on a thread.
+Sync leases are renewed by **one daemon thread per process**
+(``django-semaphore-watchdog``, started on first use), a
+:class:`~django_semaphore.runtime.scheduler.Scheduler` of its own on which
+each lease is a job due about TIMEOUT/3 after its last renewal.  Not the
+process's scheduler: a renewal that comes late loses the slot, so it never
+waits behind the control poll or a recovery retry stalled on a dead connection.
+Async views get an asyncio task per request instead (:class:`AsyncWatch`), so
+the event loop never waits on a thread.
 
 A lease handed to another process (``Lease.handoff()``) is dropped from the
 schedule at its next due time, without a renewal: its adopter renews it.
@@ -13,24 +17,24 @@ sent ``lease_lost``.  The watchdog never re-acquires a lost slot.  A renewal
 that fails because Redis is unreachable is logged and retried sooner, until the
 lease would have expired anyway.
 
-After ``fork()`` the child starts with an empty watchdog and no thread: it
-never renews (nor releases) the leases of its parent.
+After ``fork()`` the child starts with an empty watchdog and no thread
+(:mod:`~django_semaphore.runtime.forks`): it never renews (nor releases) the
+leases of its parent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from ..exceptions import SemaphoreBackendError
+from ..runtime import forks
+from ..runtime.scheduler import Scheduler
 
 if TYPE_CHECKING:
     from ..config.validation import SemaphoreConfig
@@ -61,7 +65,7 @@ class Renewable(Protocol):
 
 
 RETRY_AFTER_ERROR = 0.5  # seconds before a renewal that failed on Redis is retried
-COMPACT_SLACK = 64  # stopped watches tolerated in the schedule beyond as many as are live
+THREAD_NAME = "django-semaphore-watchdog"
 
 
 def interval(lease: Renewable) -> float:
@@ -84,13 +88,13 @@ def _log_failed(lease: Renewable, exc: BaseException) -> None:
 class Watch:
     """One lease under the sync watchdog; :meth:`stop` before releasing it."""
 
-    __slots__ = ("lease", "due", "lock", "active")
+    __slots__ = ("lease", "lock", "active", "job")
 
-    def __init__(self, lease: Renewable, due: float) -> None:
+    def __init__(self, lease: Renewable) -> None:
         self.lease = lease
-        self.due = due
         self.lock = threading.Lock()  # held while the lease is being renewed
         self.active = True
+        self.job = _watchdog.scheduler.job("renew", self._renew, retry=RETRY_AFTER_ERROR)
 
     def stop(self) -> None:
         """Stop renewing; waits for a renewal in flight, so a release cannot cross it."""
@@ -98,126 +102,79 @@ class Watch:
             self.active = False
         _watchdog.forget(self)
 
+    def _renew(self) -> float | None:
+        """One renewal (a job of the watchdog's scheduler): seconds until the next, None to drop it."""
+        lease = self.lease
+        again = None
+        with self.lock:
+            # A handed-off lease is refreshed by the process that adopted it.
+            if self.active and not lease.released and not lease.handed_off:
+                again = _refresh(lease)
+        if again is None:
+            _watchdog.forget(self)
+        return again
+
+
+def _refresh(lease: Renewable) -> float | None:
+    """Renew ``lease``; the seconds until its next renewal, or None to drop it."""
+    try:
+        if lease.refresh():
+            return interval(lease)
+        if lease.lost:
+            _log_lost(lease)
+    except SemaphoreBackendError as exc:
+        _log_failed(lease, exc)
+        if time.time() * 1000 < lease.expires_ms:
+            return min(RETRY_AFTER_ERROR, interval(lease))
+    except Exception:  # never drop a lease on a bug: other leases go on being renewed
+        logger.exception("Unexpected error renewing the lease on semaphore %r", lease.name)
+        return interval(lease)
+    return None
+
 
 class Watchdog:
-    """The per-process renewal thread and its schedule (a heap of due times)."""
+    """The leases this process renews, each a job of the watchdog's own scheduler."""
 
     def __init__(self) -> None:
+        # Its own scheduler, not the process's: a renewal never waits behind a
+        # control poll or a recovery retry stalled on a dead connection.
+        self.scheduler = Scheduler(THREAD_NAME)
         self._reset()
+        forks.in_child(self._reset)  # the parent's leases belong to the parent
 
     def _reset(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._heap: list[tuple[float, int, Watch]] = []
-        self._count = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
+        self._lock = threading.Lock()
         self._watches: set[Watch] = set()
 
     def watch(self, lease: Renewable) -> Watch:
         """Start renewing ``lease``; returns the :class:`Watch` to stop."""
-        watch = Watch(lease, time.monotonic() + interval(lease))
-        with self._cond:
+        watch = Watch(lease)
+        with self._lock:
             self._watches.add(watch)
-            heapq.heappush(self._heap, (watch.due, next(self._count), watch))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="django-semaphore-watchdog", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify()
+        watch.job.schedule(interval(lease))
         return watch
 
     def forget(self, watch: Watch) -> None:
         """Drop a stopped ``watch`` from the schedule."""
-        with self._cond:
+        watch.job.cancel()
+        with self._lock:
             self._watches.discard(watch)
-            # A stopped watch stays in the heap until it comes due (removing it
-            # from the middle of a heap costs O(n)); behind a lease that is due
-            # sooner, stopped short watches would pile up for TIMEOUT/3.  Rebuild
-            # the heap once they are the majority: amortised O(1) per stop, and
-            # the heap never holds more than twice the live watches (+ slack).
-            if len(self._heap) > 2 * len(self._watches) + COMPACT_SLACK:
-                self._heap = [entry for entry in self._heap if entry[2] in self._watches]
-                heapq.heapify(self._heap)
 
     def scheduled(self) -> int:
         """How many entries the schedule holds, stopped ones included (for tests and debugging)."""
-        with self._cond:
-            return len(self._heap)
+        return self.scheduler.scheduled()
 
     def count(self) -> int:
         """How many leases this process is renewing now (for tests and debugging)."""
-        with self._cond:
+        with self._lock:
             return len(self._watches)
 
     @property
     def thread(self) -> threading.Thread | None:
-        return self._thread
-
-    def _next_due(self) -> Watch | None:
-        """Pop the next due watch, sleeping until it is due; None to exit."""
-        with self._cond:
-            while True:
-                while self._heap and self._heap[0][2] not in self._watches:
-                    heapq.heappop(self._heap)
-                if not self._heap:
-                    # Idle: linger a little, then let the thread end (it restarts on demand).
-                    if not self._cond.wait(timeout=30.0) and not self._heap:
-                        self._thread = None
-                        return None
-                    continue
-                due = self._heap[0][0]
-                delay = due - time.monotonic()
-                if delay <= 0:
-                    return heapq.heappop(self._heap)[2]
-                self._cond.wait(timeout=delay)
-
-    def _run(self) -> None:
-        while True:
-            watch = self._next_due()
-            if watch is None:
-                return
-            self._renew(watch)
-
-    def _renew(self, watch: Watch) -> None:
-        lease = watch.lease
-        again = None
-        with watch.lock:
-            # A handed-off lease is refreshed by the process that adopted it.
-            if watch.active and not lease.released and not lease.handed_off:
-                again = self._refresh(lease)
-        with self._cond:
-            if again is not None and watch.active and watch in self._watches:
-                watch.due = again
-                heapq.heappush(self._heap, (again, next(self._count), watch))
-            else:
-                self._watches.discard(watch)
-
-    @staticmethod
-    def _refresh(lease: Renewable) -> float | None:
-        """Renew ``lease``; the monotonic time of its next renewal, or None to drop it."""
-        try:
-            if lease.refresh():
-                return time.monotonic() + interval(lease)
-            if lease.lost:
-                _log_lost(lease)
-        except SemaphoreBackendError as exc:
-            _log_failed(lease, exc)
-            if time.time() * 1000 < lease.expires_ms:
-                return time.monotonic() + min(RETRY_AFTER_ERROR, interval(lease))
-        except Exception:  # never let the thread die: other leases depend on it
-            logger.exception("Unexpected error renewing the lease on semaphore %r", lease.name)
-            return time.monotonic() + interval(lease)
-        return None
-
-    def _after_fork_in_child(self) -> None:
-        # The parent's leases belong to the parent: forget them, and the thread
-        # (which did not survive the fork) with them.
-        self._reset()
+        return self.scheduler.thread
 
 
 _watchdog = Watchdog()
-os.register_at_fork(after_in_child=_watchdog._after_fork_in_child)
 
 
 def watchdog() -> Watchdog:

@@ -1,8 +1,14 @@
 """Process-wide state and the background work that keeps it, shared by every semaphore.
 
+* :mod:`.scheduler`: the background scheduler, one daemon thread per process
+  that runs the periodic jobs (the control poll below, the engine's recovery
+  retries);
+* :mod:`.forks`: fork safety, the one way: resets run in a forked child, and
+  the process identity a lease checks;
 * :mod:`.control`: runtime overrides of LIMIT and MODE kept in Redis, the
-  per-process cache every acquire reads, and the poller thread that refreshes it;
-* :mod:`.adaptive`: the adaptive limit's hold-time windows, sent by that poller;
+  per-process cache every acquire reads, and the poll (a scheduler job) that
+  refreshes it;
+* :mod:`.adaptive`: the adaptive limit's hold-time windows, sent by that poll;
 * :mod:`.stats`: the admin's five-minute figures, flushed by it;
 * :mod:`.adhoc`: the record of ad-hoc semaphores, sent by it, for the admin and
   the commands;

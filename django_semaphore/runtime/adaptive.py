@@ -80,7 +80,6 @@ clamped into [MIN, MAX].
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -89,6 +88,7 @@ from redis.exceptions import NoScriptError
 
 from ..backend.keys import control_key
 from ..backend.scripting import Command, LuaScript, Operation, Script
+from . import forks
 
 if TYPE_CHECKING:
     from ..config.validation import SemaphoreConfig
@@ -239,16 +239,15 @@ class _Window:
 
 
 _lock = threading.Lock()
-_pid = os.getpid()
 _configs: dict[tuple[str, str], SemaphoreConfig] = {}  # the adaptive semaphores in use
 _windows: dict[tuple[str, str], _Window] = {}  # their samples not sent yet
 _eval = True  # send the source (EVAL) until a call with it succeeds: first use, or after NOSCRIPT
 
 
-def _check_fork() -> None:
-    global _pid, _windows
-    if _pid != os.getpid():  # a forked child: the parent sends its own samples
-        _pid, _windows = os.getpid(), {}
+@forks.in_child
+def _forget_the_parents_samples() -> None:
+    global _lock, _windows
+    _lock, _windows = threading.Lock(), {}  # the parent sends its own samples
 
 
 def watch(prefix: str, config: SemaphoreConfig) -> None:
@@ -264,7 +263,6 @@ def _window(prefix: str, name: str) -> _Window | None:
     key = (prefix, name)
     if key not in _configs:
         return None
-    _check_fork()
     window = _windows.get(key)
     if window is None:
         window = _windows[key] = _Window()
@@ -318,7 +316,6 @@ class Pending:
         if not failed:
             return
         with _lock:
-            _check_fork()
             for key in failed:
                 current = _windows.get(key)
                 if current is None:
@@ -333,7 +330,6 @@ def drain() -> Pending:
     if not _windows:
         return Pending({})
     with _lock:
-        _check_fork()
         taken, _windows = _windows, {}
         pairs = {key: (_configs[key], w) for key, w in taken.items() if key in _configs}
     return Pending(pairs)

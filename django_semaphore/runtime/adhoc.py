@@ -47,6 +47,7 @@ from django.dispatch import receiver
 
 from ..backend.keys import NAME_DIGEST_SIZE, adhoc_key, name_hash
 from ..backend.scripting import Command, Operation
+from . import forks
 
 if TYPE_CHECKING:
     from ..config.validation import SemaphoreConfig
@@ -157,6 +158,13 @@ _lock = threading.Lock()
 _due: dict[tuple[str, str], float] = {}
 #: What the next flush sends: (prefix, name) -> the configuration to record.
 _pending: dict[tuple[str, str], SemaphoreConfig] = {}
+
+
+@forks.in_child
+def _forget_the_parents_records() -> None:
+    global _lock, _due, _pending
+    # The parent sends its own records; a child records what it uses itself.
+    _lock, _due, _pending = threading.Lock(), {}, {}
 
 
 def seen(prefix: str, config: SemaphoreConfig) -> None:

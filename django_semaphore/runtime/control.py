@@ -11,10 +11,11 @@ bound (:func:`stored_limit`), never as "no limit override".
 
 Every process keeps the overrides of each prefix it uses in memory (the
 *cache*), so an acquire reads the limit and mode in force without a Redis
-round trip.  A daemon thread per process (``django-semaphore-control``,
-started on first use and again in a forked child) refreshes the cache of
-every prefix used in the last ``KEEP_POLLING`` seconds with one HGETALL each,
-every ``POLL_INTERVAL`` seconds, in one pipeline with the flush of
+round trip.  The ``control`` job of the process's background scheduler
+(:mod:`~django_semaphore.runtime.scheduler`, scheduled at the first use, and
+again at the first use in a forked child) refreshes the cache of every prefix
+used in the last ``KEEP_POLLING`` seconds with one HGETALL each, every
+``POLL_INTERVAL`` seconds, in one pipeline with the flush of
 :mod:`~django_semaphore.runtime.stats`: a change reaches every process within a poll
 interval plus a round trip (under a second).  The first use of a prefix in a
 process (an empty cache) reads the overrides at once, on the caller's client
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -57,8 +57,9 @@ from ..backend.keys import control_key
 from ..backend.scripting import Client, Command, LuaScript, Operation, Pipe, Script, arun, execute, run
 from ..config import settings
 from ..config.validation import MAX_LIMIT, MODES, checked_limit
-from . import adaptive, stats
+from . import adaptive, forks, stats
 from .bursts import Bursts
+from .scheduler import scheduler
 
 if TYPE_CHECKING:
     from ..config.validation import SemaphoreConfig
@@ -70,7 +71,6 @@ logger = logging.getLogger("django_semaphore.runtime.control")
 POLL_INTERVAL = 0.5  # seconds between two reads of the overrides
 KEEP_POLLING = 30.0  # seconds a prefix stays polled after its last use
 REPLICA_ACK_MS = 1000  # how long a write waits for a replica's acknowledgement
-THREAD_NAME = "django-semaphore-control"
 SOURCES = ("settings", "override", "adaptive")
 
 CONTROL = LuaScript("control")
@@ -225,29 +225,24 @@ _EMPTY = Snapshot({}, {})
 
 
 class Cache:
-    """The overrides of every prefix in use, and the thread that keeps them fresh."""
+    """The overrides of every prefix in use, kept fresh by the ``control`` job of the
+    process's scheduler."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._reset()
+        self._job = scheduler().every("control", POLL_INTERVAL, self.tick)
+        forks.in_child(self._reset)  # a forked child reads the overrides itself
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
+        self._lock = threading.Lock()
         self._tables: dict[str, _Table] = {}
         self._generation = 0
-        self._thread: threading.Thread | None = None
         self._failures = Bursts(quiet=None)
         self.ticks = 0  # completed polls, for tests
-
-    def _check_fork(self) -> None:
-        if self._pid != os.getpid():
-            self._lock = threading.Lock()
-            self._reset()
 
     def lookup(self, prefix: str, name: str) -> tuple[bool, Override | None, int | None]:
         """(known, override, adaptive limit): ``known`` is False when ``prefix`` has
         not been read yet."""
-        self._check_fork()
         table = self._tables.get(prefix)
         if table is None:
             return False, None, None
@@ -255,17 +250,15 @@ class Cache:
         return table.read, table.overrides.get(name), table.adaptive.get(name)
 
     def watch(self, prefix: str) -> None:
-        """Poll ``prefix`` from now on (its first read is the thread's)."""
-        self._check_fork()
+        """Poll ``prefix`` from now on (its first read is the poller's)."""
         with self._lock:
             if prefix not in self._tables:
                 self._tables[prefix] = _Table(_EMPTY, read=False)
-        self._ensure_thread()
+        self._ensure_polling()
 
     def store(self, prefix: str, snapshot: Snapshot, generation: int | None = None) -> None:
         """Replace the overrides and adaptive limits of ``prefix`` (unless the cache was
         cleared or changed by this process since ``generation``: the snapshot may be older)."""
-        self._check_fork()
         with self._lock:
             if generation is not None and generation != self._generation:
                 return
@@ -275,11 +268,10 @@ class Cache:
             else:
                 table.overrides, table.adaptive = snapshot
                 table.read = True
-        self._ensure_thread()
+        self._ensure_polling()
 
     def update(self, prefix: str, name: str, override: Override | None) -> None:
         """Apply one change this process made (the next poll confirms it)."""
-        self._check_fork()
         with self._lock:
             # A poll that read Redis before this change must not store its older
             # snapshot over it: the generation moves, so that poll's store is skipped.
@@ -304,26 +296,12 @@ class Cache:
     def generation(self) -> int:
         return self._generation
 
-    # -- the thread ---------------------------------------------------------------
+    # -- the poller -----------------------------------------------------------------
 
-    def _ensure_thread(self) -> None:
-        thread = self._thread
-        if thread is not None and thread.is_alive():
-            return
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-                self._thread.start()
-
-    def _run(self) -> None:
-        pid = os.getpid()
-        while self._pid == pid:
-            started = time.monotonic()
-            try:
-                self.tick()
-            except Exception:  # never let the thread die: the next tick tries again
-                logger.exception("django-semaphore: the control poller failed")
-            time.sleep(max(0.0, POLL_INTERVAL - (time.monotonic() - started)))
+    def _ensure_polling(self) -> None:
+        """Schedule the poller, unless it is (cheap: every first read of a prefix calls it)."""
+        if not self._job.active:
+            self._job.schedule()
 
     def _active(self) -> list[str]:
         now = time.monotonic()

@@ -35,7 +35,7 @@ from ..backend import connection
 from ..backend.keys import stats_keys
 from ..backend.scripting import Operation, Pipe, arun, run
 from ..config import settings
-from . import adaptive, adhoc
+from . import adaptive, adhoc, forks
 
 BUCKET = 10  # seconds per bucket
 WINDOW = 300  # seconds that recent() looks back
@@ -80,6 +80,13 @@ _lock = threading.Lock()
 #: control poller): a flush returns only once everything recorded before it landed.
 sending = threading.Lock()
 _pending: dict[tuple[str, str], _Counts] = {}
+
+
+@forks.in_child
+def _forget_the_parents_counts() -> None:
+    global _lock, sending, _pending
+    # The parent flushes its own counts; a lock may have been held at the fork.
+    _lock, sending, _pending = threading.Lock(), threading.Lock(), {}
 
 
 def bucket_of(now: float | None = None) -> int:

@@ -482,3 +482,70 @@ def test_tests_mirror_the_modules():
     assert untested_modules(PACKAGE, TESTS) == []
     assert orphan_tests(PACKAGE, TESTS) == []
     assert all((PACKAGE / entry).exists() for entry in EXEMPT), "an exemption for a module that is gone"
+
+
+# -- one background scheduler, one fork-safety mechanism ---------------------------------------
+
+#: The modules that may start a thread (``threading.Thread(``), and why. The process's periodic
+#: jobs run on runtime/scheduler.py's thread; the lease watchdog is a Scheduler of its own.
+THREAD_STARTERS = {
+    "runtime/scheduler.py": "the background scheduler: one daemon thread per Scheduler",
+    # contrib builds on the public API and the engine, as a third-party package would, and none
+    # of its threads is a periodic job of the core:
+    "contrib/celery/dispatcher.py": (
+        "the dispatcher blocks on a Pub/Sub subscription, and its waiters block in acquire(wait=...)"
+        " queueing for a slot (a scheduler job must not block); the lock keeper lives only while"
+        " one of those blocking waits runs"
+    ),
+    "contrib/celery/runs.py": (
+        "the heartbeat renews task-run claims in Celery pool processes only; like the lease"
+        " watchdog it must not wait behind other jobs (a late heartbeat lets a redelivery run)"
+    ),
+}
+
+
+def _calls(path, owner, attribute):
+    """Lines of ``owner.attribute(...)`` calls (and of ``attribute`` imported from ``owner``)."""
+    tree = ast.parse(path.read_text())
+    lines = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == attribute
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == owner
+    ]
+    lines += [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and node.module == owner
+        and any(alias.name == attribute for alias in node.names)
+    ]
+    return lines
+
+
+def _modules_calling(owner, attribute):
+    return sorted(
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if _calls(path, owner, attribute)
+    )
+
+
+def test_one_module_registers_at_fork():
+    assert _modules_calling("os", "register_at_fork") == ["runtime/forks.py"]
+
+
+def test_threads_are_started_by_the_scheduler_and_the_listed_exceptions_only():
+    assert _modules_calling("threading", "Thread") == sorted(THREAD_STARTERS)
+
+
+def test_no_module_checks_the_pid_for_fork_safety_by_itself():
+    # A module that compares os.getpid() keeps fork safety of its own; forks.pid() is the one
+    # check. contrib reads the pid to name its run claims and dispatcher locks, and to see
+    # whether the process holding a claim is this one: data, not fork safety.
+    assert _modules_calling("os", "getpid") == sorted(
+        ["runtime/forks.py", "contrib/celery/runs.py", "contrib/celery/dispatcher.py"]
+    )

@@ -269,23 +269,30 @@ class Dispatcher:
             self._stop.wait(self.interval if waited_on else 0.01)
 
 
-_dispatcher: tuple[int, Dispatcher] | None = None
+_dispatcher: Dispatcher | None = None
 _dispatcher_lock = threading.Lock()
+
+
+@storage.in_child
+def _forget_the_parents_dispatcher() -> None:
+    global _dispatcher, _dispatcher_lock
+    # Its thread did not survive the fork; a child starts its own (start_dispatcher).
+    _dispatcher, _dispatcher_lock = None, threading.Lock()
 
 
 def start_dispatcher(app: Any = None) -> Dispatcher:
     """Start this process's dispatcher thread (idempotent); Celery workers start it themselves."""
     global _dispatcher
     with _dispatcher_lock:
-        if _dispatcher is None or _dispatcher[0] != os.getpid() or not _dispatcher[1].thread.is_alive():
-            _dispatcher = (os.getpid(), Dispatcher(app).start())
-        return _dispatcher[1]
+        if _dispatcher is None or not _dispatcher.thread.is_alive():
+            _dispatcher = Dispatcher(app).start()
+        return _dispatcher
 
 
 def stop_dispatcher() -> None:
     """Stop this process's dispatcher thread, if it runs."""
     global _dispatcher
     with _dispatcher_lock:
-        if _dispatcher is not None and _dispatcher[0] == os.getpid():
-            _dispatcher[1].stop()
+        if _dispatcher is not None:
+            _dispatcher.stop()
         _dispatcher = None

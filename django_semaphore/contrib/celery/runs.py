@@ -33,7 +33,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ...engine.storage import PartitionKeys
+from ...engine.storage import PartitionKeys, in_child
 from ...exceptions import SemaphoreBackendError
 from . import store
 
@@ -147,17 +147,17 @@ class Heartbeat:
     """The thread that renews the claims of this process's live runs (one per process)."""
 
     def __init__(self) -> None:
+        self._reset()
+        in_child(self._reset)  # forked: the parent's runs and thread are not ours
+
+    def _reset(self) -> None:
         self._runs: dict[str, str] = {}
         self._lock = threading.Lock()
-        self._pid = os.getpid()
         self._thread: threading.Thread | None = None
         self._changed = threading.Event()  # a run added: renew on the new schedule at once
 
     def add(self, key: str, value: str) -> None:
         with self._lock:
-            if self._pid != os.getpid():  # forked: the parent's runs and thread are not ours
-                self._runs, self._pid, self._thread = {}, os.getpid(), None
-                self._changed = threading.Event()
             self._runs[key] = value
             self._changed.set()
             if self._thread is None or not self._thread.is_alive():
@@ -175,8 +175,6 @@ class Heartbeat:
             self._changed.wait(HEARTBEAT_EVERY)
             self._changed.clear()
             with self._lock:
-                if self._pid != os.getpid():
-                    return
                 runs = list(self._runs.items())
             for key, value in runs:
                 try:
