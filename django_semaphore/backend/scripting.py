@@ -5,6 +5,15 @@ generators that yield requests — a :class:`Script` call, a :class:`Pipe` of
 commands, one :class:`Command` or a :class:`Sleep` — and receive the replies.  :func:`run` executes
 them on a sync client and :func:`arun` on an asyncio client, so the sync and
 async APIs share every script, key and decision.
+
+The control flow around operations is written once the same way: a :data:`Flow`
+(taking a slot with its recovery and clean-up, a request's semaphores all or
+none, giving back remembered work) is a generator that yields whole operations,
+each run by :func:`run` or :func:`arun` with its result sent back or its
+exception thrown in, and steps: a :class:`Call` of a function that has a sync
+and an async twin, or a :class:`WaitFor` a condition.  :func:`drive` carries a
+flow out in sync code and :func:`adrive` in a coroutine; neither knows what the
+flow does.
 """
 
 from __future__ import annotations
@@ -12,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
@@ -368,3 +378,99 @@ async def arun(client: Client, operation: Operation[T]) -> T:
         if cancelling() > before:
             raise asyncio.CancelledError from exc
         raise backend_error(client, exc) from exc
+
+
+# -- flows: control flow written once, carried out sync or async --------------------------
+
+
+@dataclass(slots=True)
+class Call:
+    """A step of a flow: call ``sync(*args)``, or await ``asynchronous(*args)``, as the driver is.
+
+    For the one place where a flow's sync and async twins differ: which of two
+    twin functions it calls.  The result is sent back into the flow, an
+    exception thrown in.
+    """
+
+    sync: Callable[..., Any]
+    asynchronous: Callable[..., Awaitable[Any]]
+    args: tuple[Any, ...] = ()
+
+
+@dataclass(slots=True)
+class WaitFor:
+    """A step of a flow: wait until ``ready()``, at most ``timeout`` seconds.
+
+    ``ready`` is checked holding ``condition``, which whoever changes its answer
+    notifies, so the wait ends as soon as it is true.  The sync driver blocks on
+    the condition; the async driver, which must not block its event loop, waits
+    on it in a worker thread (only when ``ready()`` is not true already).
+    """
+
+    condition: threading.Condition
+    ready: Callable[[], bool]
+    timeout: float
+
+    def wait(self) -> bool:
+        """Block until ``ready()`` or the timeout; ``ready()``'s last answer."""
+        with self.condition:
+            return self.condition.wait_for(self.ready, self.timeout)
+
+
+#: Control flow written once for the sync and async APIs: a generator that yields
+#: operations (each run whole by :func:`run` or :func:`arun` on the driver's
+#: client) and steps (:class:`Call`, :class:`WaitFor`), and returns its result.
+Flow = Generator[Any, Any, T]
+
+
+def drive(client: Client, flow: Flow[T]) -> T:
+    """Carry out ``flow`` in sync code, running its operations on ``client`` (which may be
+    None for a flow that yields none); return its result.
+
+    Each step's result is sent back into the flow, and its exception (a
+    :class:`~django_semaphore.SemaphoreBackendError`, an interrupt) thrown in
+    at the ``yield``, as if the flow had made the call itself.
+    """
+    try:
+        step = next(flow)
+        while True:
+            try:
+                if type(step) is Call:
+                    reply = step.sync(*step.args)
+                elif type(step) is WaitFor:
+                    reply = step.wait()
+                else:
+                    reply = run(client, step)
+            except BaseException as exc:
+                step = flow.throw(exc)
+            else:
+                step = flow.send(reply)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+async def adrive(client: Client, flow: Flow[T]) -> T:
+    """Carry out ``flow`` in a coroutine, running its operations on ``client`` (an asyncio
+    client, or None for a flow that yields none); return its result.
+
+    As :func:`drive`: a cancellation arrives in the flow at the ``yield`` it is
+    waiting at, and the flow decides what to give back before it ends.
+    """
+    try:
+        step = next(flow)
+        while True:
+            try:
+                if type(step) is Call:
+                    reply = await step.asynchronous(*step.args)
+                elif type(step) is WaitFor:
+                    reply = step.ready() or await asyncio.to_thread(step.wait)
+                else:
+                    reply = await arun(client, step)
+            except BaseException as exc:
+                step = flow.throw(exc)
+            else:
+                step = flow.send(reply)
+    except StopIteration as done:
+        result: T = done.value
+        return result

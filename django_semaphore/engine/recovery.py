@@ -53,7 +53,6 @@ settles, imports it): what it needs of a lease arrives as arguments.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import threading
@@ -66,7 +65,7 @@ from django.dispatch import receiver
 
 from ..backend import connection
 from ..backend.keys import PartitionKeys
-from ..backend.scripting import Client, Operation, arun, run
+from ..backend.scripting import Client, Flow, Operation, WaitFor, adrive, arun, drive, run
 from ..exceptions import SemaphoreBackendError
 from ..runtime import control, forks
 from ..runtime.scheduler import Scheduler, scheduler
@@ -419,15 +418,21 @@ def kick() -> None:
     _recovery.kick()
 
 
-def give_back_partition(client: Client, keys: PartitionKeys, mark: int) -> bool:
+def giving_back(keys: PartitionKeys, mark: int) -> Flow[bool]:
     """For an acquire of partition ``keys`` that reached Redis and was refused:
     True if a slot of that partition has been given back since ``mark`` (see
-    :func:`freed_mark`), so that trying once more is worth it.
+    :func:`freed_mark`), so that trying once more is worth it.  A flow
+    (:data:`~django_semaphore.backend.scripting.Flow`): :func:`give_back_partition`
+    and :func:`agive_back_partition` carry it out, and the acquire's own flow
+    runs it inline.
 
     Inline, it finishes this process's remembered work on that partition (the
     oldest, at most INLINE_MAX entries, stopping at the first that frees a
-    slot), and waits briefly for the thread's answer on an entry of it that the
-    thread is working on.  The rest of the backlog is the thread's.
+    slot), and waits up to IN_FLIGHT_WAIT for the thread's answer on an entry
+    of it that the thread is working on: it is woken by that answer, sync
+    (blocking on the thread's condition) and async alike (the async driver waits
+    for the condition in a worker thread, never blocking the event loop).  The
+    rest of the backlog is the thread's.
     """
     entries, generation = _recovery.claim_partition(keys)
     for index, entry in enumerate(entries):
@@ -435,28 +440,7 @@ def give_back_partition(client: Client, keys: PartitionKeys, mark: int) -> bool:
             _recovery._finished(entry, False)
             continue
         try:
-            held = run(client, entry.operation())
-        except BaseException as exc:
-            _recovery.put_back(entries[index:], generation)
-            if isinstance(exc, SemaphoreBackendError):
-                return False
-            raise
-        _recovery._finished(entry, held)
-        if held:
-            _recovery.put_back(entries[index + 1 :], generation)
-            return True
-    return _recovery.freed_since(keys, mark, wait=IN_FLIGHT_WAIT)
-
-
-async def agive_back_partition(client: Client, keys: PartitionKeys, mark: int) -> bool:
-    """The asyncio twin of :func:`give_back_partition` (it never blocks the loop)."""
-    entries, generation = _recovery.claim_partition(keys)
-    for index, entry in enumerate(entries):
-        if entry.moot_at is not None and time.monotonic() > entry.moot_at:
-            _recovery._finished(entry, False)
-            continue
-        try:
-            held = await arun(client, entry.operation())
+            held = yield entry.operation()
         except BaseException as exc:  # cancelled too: the thread does the rest
             _recovery.put_back(entries[index:], generation)
             if isinstance(exc, SemaphoreBackendError):
@@ -466,10 +450,18 @@ async def agive_back_partition(client: Client, keys: PartitionKeys, mark: int) -
         if held:
             _recovery.put_back(entries[index + 1 :], generation)
             return True
-    deadline = time.monotonic() + IN_FLIGHT_WAIT
-    while _recovery.busy_with(keys) and time.monotonic() < deadline:
-        await asyncio.sleep(0.002)
+    yield WaitFor(_recovery._cond, lambda: not _recovery.busy_with(keys), IN_FLIGHT_WAIT)
     return _recovery.freed_since(keys, mark)
+
+
+def give_back_partition(client: Client, keys: PartitionKeys, mark: int) -> bool:
+    """:func:`giving_back`, on the sync ``client``."""
+    return drive(client, giving_back(keys, mark))
+
+
+async def agive_back_partition(client: Client, keys: PartitionKeys, mark: int) -> bool:
+    """:func:`giving_back`, on the asyncio ``client`` (it never blocks the loop)."""
+    return await adrive(client, giving_back(keys, mark))
 
 
 def forget_now(client: Client, config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> None:

@@ -18,6 +18,7 @@ with an ``a``: both run the same operations (:mod:`~django_semaphore.backend.scr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import functools
 import json
@@ -31,14 +32,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .. import signals
 from ..backend import connection
 from ..backend.keys import PartitionKeys
-from ..backend.scripting import Client, Operation, arun, run
+from ..backend.scripting import Call, Client, Flow, Operation, adrive, arun, drive, run
 from ..config import settings
 from ..config.validation import validate_entry
 from ..exceptions import RetryAfter, SemaphoreBackendError, SemaphoreFull
 from ..runtime import adaptive, adhoc, control, forks, stats
 from ..runtime.control import Effective
 from . import discovery, handoff, inspection, recovery, waiting
-from .algorithms import ALGORITHMS, Algorithm, Granted, Outcome
+from .algorithms import ALGORITHMS, AcquireRequest, Algorithm, Granted, Outcome
 from .algorithms.base import retry_after_seconds
 from .guards import FunctionGuard
 from .inspection import Holder, PartitionStatus, Waiter, to_datetime
@@ -201,82 +202,24 @@ class Semaphore:
                 "(its LIMIT, or a higher limit in force) at a time."
             )
 
-    def _prepare(
-        self, key: str | None, wait: float | None, meta: dict[str, Any] | None
-    ) -> tuple[SemaphoreConfig, float, PartitionKeys, str, str]:
-        config = self.config
-        wait = config.wait if wait is None else wait
-        if not isinstance(wait, (int, float)) or wait < 0:
-            raise ValueError(f"wait must be a number of seconds >= 0, not {wait!r}.")
-        return config, wait, self.partition(key), new_identifier(), meta_json(meta, key)
-
     def _operation(
         self,
         config: SemaphoreConfig,
-        wait: float,
         keys: PartitionKeys,
-        identifier: str,
-        meta: str,
+        limit: int,
+        request: AcquireRequest,
         client: Client,
-        limit: int | None = None,
-        dry_run: bool = False,
-        permits: int = 1,
-        priority: int = 0,
     ) -> Operation[Outcome]:
+        """The acquire ``request`` on partition ``keys``: one attempt, or a wait (``request.wait``)."""
         algorithm = ALGORITHMS[config.algorithm]
-        args = (keys, config.limit if limit is None else limit, config.timeout_ms, identifier, meta)
-        slots = config.slots
-        if dry_run:
-            return algorithm.acquire(*args, dry_run=True, permits=permits, priority=priority, slots=slots)
-        if wait > 0:
+        if request.wait > 0:
             queued = None
             if config.adaptive is not None:  # a caller that has to queue is pressure on the limit
                 queued = functools.partial(
                     adaptive.record_pressure, settings.setting("SEMAPHORE_KEY_PREFIX"), config.name
                 )
-            return waiting.wait_ops(
-                algorithm,
-                *args,
-                wait,
-                client,
-                control.limit_of(config),
-                permits=permits,
-                priority=priority,
-                max_waiters=config.max_waiters,
-                on_queued=queued,
-                slots=slots,
-            )
-        if permits == 1 and priority == 0 and config.max_waiters is None and not slots:
-            return algorithm.acquire(*args)
-        return algorithm.acquire(
-            *args, permits=permits, priority=priority, max_waiters=config.max_waiters, slots=slots
-        )
-
-    def _admission(
-        self,
-        config: SemaphoreConfig,
-        key: str | None,
-        started: float,
-        wait: float,
-        limit: int,
-        mode: str,
-        permits: int,
-        priority: int,
-    ) -> tuple[tuple[None, RetryAfter] | None, float, bool]:
-        """What is decided before Redis: (a refusal or None, the wait, dry run).
-
-        ValueError for bad ``permits``/``priority``; refused at once while paused
-        or when ``permits`` exceed the limit in force; a dry run never waits.
-        """
-        self._check_scheduling(config, limit, permits, priority)
-        dry_run = mode != "enforce"
-        if dry_run:
-            return None, 0, True
-        if limit == 0:
-            return self._paused(config, key, started), wait, False
-        if permits > limit:
-            return self._paused(config, key, started, "full"), wait, False
-        return None, wait, False
+            return waiting.wait_ops(algorithm, keys, request, client, control.limit_of(config), queued)
+        return algorithm.acquire(keys, limit, request)
 
     def _paused(
         self, config: SemaphoreConfig, key: str | None, started: float, reason: str = "paused"
@@ -302,13 +245,13 @@ class Semaphore:
         config: SemaphoreConfig,
         key: str | None,
         keys: PartitionKeys,
-        identifier: str,
+        request: AcquireRequest,
         started: float,
-        wait: float = 0,
     ) -> tuple[Lease, None] | tuple[None, RetryAfter]:
         waited = time.monotonic() - started
         if isinstance(outcome, Granted):
-            lease = Lease(self, key, identifier, outcome, keys, config, waited)
+            lease = Lease(self, key, request.identifier, outcome, keys, config)
+            lease.waited = waited
             if self._config is not None:  # ad hoc: recorded for the admin (no Redis call here)
                 adhoc.seen(settings.setting("SEMAPHORE_KEY_PREFIX"), config)
             if outcome.over_limit:  # a dry run: enforcing would have refused this caller
@@ -330,8 +273,83 @@ class Semaphore:
         if outcome.queue_full:
             reason = "queue_full"
         else:
-            reason = "paused" if paused else ("timeout" if wait > 0 else "full")
+            reason = "paused" if paused else ("timeout" if request.wait > 0 else "full")
         return self._refuse(config, key, RetryAfter(outcome.retry_after(config.timeout), reason), waited)
+
+    def _acquiring(
+        self,
+        client: Client,
+        key: str | None,
+        wait: float | None,
+        meta: dict[str, Any] | None,
+        permits: int,
+        priority: int,
+    ) -> Flow[tuple[Lease, None] | tuple[None, RetryAfter]]:
+        """:meth:`try_acquire` and :meth:`atry_acquire`, written once: a flow that
+        :func:`~django_semaphore.backend.scripting.drive` or
+        :func:`~django_semaphore.backend.scripting.adrive` carries out on ``client``."""
+        started = time.monotonic()
+        config = self.config
+        wait = config.wait if wait is None else wait
+        if not isinstance(wait, (int, float)) or wait < 0:
+            raise ValueError(f"wait must be a number of seconds >= 0, not {wait!r}.")
+        keys = self.partition(key)
+        identifier = new_identifier()
+        meta_text = meta_json(meta, key)
+        # The cache of the overrides: no round trip, but the first read of a prefix.
+        limit, mode, _ = yield Call(control.effective, control.aeffective, (config, client))
+        if type(permits) is not int or type(priority) is not int or permits != 1 or priority != 0:
+            self._check_scheduling(config, limit, permits, priority)  # one permit, priority 0: valid
+        dry_run = mode != "enforce"
+        # The admission decision taken before Redis: refused at once while paused
+        # (the limit in force is 0), or when the permits asked exceed the limit in
+        # force ("full": they cannot fit, even by waiting, until it is raised); a
+        # dry run is never refused, and never waits.
+        if not dry_run and (limit == 0 or permits > limit):
+            return self._paused(config, key, started, "paused" if limit == 0 else "full")
+        if dry_run:
+            request = AcquireRequest(
+                identifier, meta_text, config.timeout_ms, 0, 0, True, permits, priority, None, config.slots
+            )
+        else:
+            ticket_ms = waiting.TICKET_MS if wait > 0 and ALGORITHMS[config.algorithm].queues else 0
+            request = AcquireRequest(
+                identifier,
+                meta_text,
+                config.timeout_ms,
+                wait,
+                ticket_ms,
+                False,
+                permits,
+                priority,
+                config.max_waiters,
+                config.slots,
+            )
+        mark = recovery.freed_mark()
+        try:
+            outcome = yield self._operation(config, keys, limit, request, client)
+            if recovery.pending() or recovery.freed_mark() != mark:
+                # Redis answers again after failing this process: its unanswered
+                # acquires and releases may hold slots.  Inline, only a little of
+                # this partition's, and only to turn a refusal into a grant; the
+                # recovery thread does the rest.
+                if not isinstance(outcome, Granted) and (yield from recovery.giving_back(keys, mark)):
+                    once = dataclasses.replace(
+                        request, wait=0, ticket_ms=0, dry_run=False, max_waiters=config.max_waiters
+                    )
+                    outcome = yield self._operation(config, keys, limit, once, client)
+                recovery.kick()
+        except SemaphoreBackendError:
+            recovery.remember_acquire(config, keys, identifier)
+            raise
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, a timeout from outside, a cancelled
+            # task): the slot may have been granted with the reply unread, and a
+            # waiter's ticket would hold up the queue until it expires. Give both
+            # back now (if Redis fails, the recovery thread does).
+            yield Call(recovery.forget_now, recovery.aforget_now, (client, config, keys, identifier))
+            raise
+        return self._outcome(outcome, config, key, keys, request, started)
 
     def try_acquire(
         self,
@@ -347,41 +365,8 @@ class Semaphore:
         an int of seconds whose ``reason`` says why the caller was refused
         ("full", "timeout", "queue_full" or "paused").
         """
-        started = time.monotonic()
-        config, wait, keys, identifier, meta_text = self._prepare(key, wait, meta)
         client = connection.get_client()
-        limit, mode, _ = control.effective(config, client)  # the cache: no round trip
-        early, wait, dry_run = self._admission(config, key, started, wait, limit, mode, permits, priority)
-        if early is not None:
-            return early
-        mark = recovery.freed_mark()
-        try:
-            op = self._operation(
-                config, wait, keys, identifier, meta_text, client, limit, dry_run, permits, priority
-            )
-            outcome = run(client, op)
-            if recovery.pending() or recovery.freed_mark() != mark:
-                # Redis answers again after failing this process: its unanswered
-                # acquires and releases may hold slots.  Inline, only a little of
-                # this partition's, and only to turn a refusal into a grant; the
-                # recovery thread does the rest.
-                if not isinstance(outcome, Granted) and recovery.give_back_partition(client, keys, mark):
-                    again = self._operation(
-                        config, 0, keys, identifier, meta_text, client, limit, False, permits, priority
-                    )
-                    outcome = run(client, again)
-                recovery.kick()
-        except SemaphoreBackendError:
-            recovery.remember_acquire(config, keys, identifier)
-            raise
-        except BaseException:
-            # Interrupted (KeyboardInterrupt, a timeout from outside): the slot
-            # may have been granted with the reply unread, and a waiter's ticket
-            # would hold up the queue until it expires. Give both back now (if
-            # Redis fails, the recovery thread does).
-            recovery.forget_now(client, config, keys, identifier)
-            raise
-        return self._outcome(outcome, config, key, keys, identifier, started, wait)
+        return drive(client, self._acquiring(client, key, wait, meta, permits, priority))
 
     async def atry_acquire(
         self,
@@ -392,34 +377,8 @@ class Semaphore:
         priority: int = 0,
     ) -> tuple[Lease, None] | tuple[None, RetryAfter]:
         """The asyncio twin of :meth:`try_acquire`."""
-        started = time.monotonic()
-        config, wait, keys, identifier, meta_text = self._prepare(key, wait, meta)
         client = connection.get_async_client()
-        limit, mode, _ = await control.aeffective(config, client)  # the cache: no round trip
-        early, wait, dry_run = self._admission(config, key, started, wait, limit, mode, permits, priority)
-        if early is not None:
-            return early
-        mark = recovery.freed_mark()
-        try:
-            op = self._operation(
-                config, wait, keys, identifier, meta_text, client, limit, dry_run, permits, priority
-            )
-            outcome = await arun(client, op)
-            if recovery.pending() or recovery.freed_mark() != mark:  # see try_acquire
-                refused = not isinstance(outcome, Granted)
-                if refused and await recovery.agive_back_partition(client, keys, mark):
-                    again = self._operation(
-                        config, 0, keys, identifier, meta_text, client, limit, False, permits, priority
-                    )
-                    outcome = await arun(client, again)
-                recovery.kick()
-        except SemaphoreBackendError:
-            recovery.remember_acquire(config, keys, identifier)
-            raise
-        except BaseException:  # cancelled: see try_acquire
-            await recovery.aforget_now(client, config, keys, identifier)
-            raise
-        return self._outcome(outcome, config, key, keys, identifier, started, wait)
+        return await adrive(client, self._acquiring(client, key, wait, meta, permits, priority))
 
     def acquire(
         self,
@@ -748,7 +707,6 @@ class Lease:
         granted: Granted,
         keys: PartitionKeys,
         config: SemaphoreConfig,
-        waited: float = 0.0,
     ) -> None:
         self.semaphore = semaphore
         self.key = key
@@ -756,7 +714,8 @@ class Lease:
         self.token = granted.token
         self.acquired_ms = granted.acquired_ms
         self.expires_ms = granted.expires_ms
-        self.waited = waited
+        #: Seconds the caller waited for the slot (set by the acquire that made the lease).
+        self.waited = 0.0
         #: The Redis keys of the partition held.
         self.keys = keys
         #: The semaphore's configuration when the slot was granted (TIMEOUT, algorithm...).

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from ..backend.connection import socket_timeout
 from ..backend.keys import PartitionKeys
 from ..backend.scripting import Client, Command, Operation, Sleep
-from .algorithms import Algorithm, Granted, Outcome, Refused
+from .algorithms import AcquireRequest, Algorithm, Granted, Outcome, Refused
 
 HEARTBEAT = 1.0  # seconds: longest BLPOP before a waiter renews its ticket
 NEAR_HEARTBEAT = 0.5  # seconds: the same for the waiters next in line
@@ -75,47 +75,26 @@ def _claim(
 def wait_ops(
     algorithm: Algorithm,
     keys: PartitionKeys,
-    limit: int,
-    timeout_ms: int,
-    identifier: str,
-    meta_json: str,
-    wait: float,
+    request: AcquireRequest,
     client: Client,
-    limit_of: Callable[[], int] | None = None,
-    permits: int = 1,
-    priority: int = 0,
-    max_waiters: int | None = None,
+    limit_of: Callable[[], int],
     on_queued: Callable[[], None] | None = None,
-    slots: bool = False,
 ) -> Operation[Outcome]:
-    """One acquire that may wait ``wait`` seconds, as a generator of requests;
+    """One acquire that may wait ``request.wait`` seconds, as a generator of requests;
     returns the last outcome.  ``client`` is the one the operation runs on
     (its read timeout caps a blocking wait).  ``limit_of`` gives the limit in
     force at each attempt (a runtime override may change it while a caller
-    waits); without it, ``limit`` throughout.  ``permits``, ``priority`` and
-    ``max_waiters`` and ``slots`` as for :meth:`Algorithm.acquire
-    <django_semaphore.engine.algorithms.base.Algorithm.acquire>`; a caller refused
-    because the queue is full returns at once.  ``on_queued`` is called once,
-    before the first wait (the caller had to queue)."""
-    deadline = time.monotonic() + wait
-    ticket_ms = TICKET_MS if algorithm.queues else 0
+    waits).  ``request`` as for :meth:`Algorithm.acquire
+    <django_semaphore.engine.algorithms.base.Algorithm.acquire>` (its
+    ``ticket_ms`` is the ticket a waiter takes: :data:`TICKET_MS` if the algorithm
+    queues); a caller refused because the queue is full returns at once.
+    ``on_queued`` is called once, before the first wait (the caller had to queue)."""
+    deadline = time.monotonic() + request.wait
+    timeout_ms, identifier = request.timeout_ms, request.identifier
     ticket = ""  # our place in the queue, once we have one
     while True:
-        if limit_of is not None:
-            limit = limit_of()
-        outcome = yield from algorithm.acquire(
-            keys,
-            limit,
-            timeout_ms,
-            identifier,
-            meta_json,
-            ticket_ms,
-            ticket,
-            permits=permits,
-            priority=priority,
-            max_waiters=max_waiters,
-            slots=slots,
-        )
+        limit = limit_of()
+        outcome = yield from algorithm.acquire(keys, limit, request, ticket)
         if isinstance(outcome, Granted):
             outcome.ticket = ticket
             if ticket and outcome.expires_ms - outcome.acquired_ms != timeout_ms:
@@ -137,7 +116,7 @@ def wait_ops(
         if algorithm.queues:
             timeout = _block_for(client, remaining, outcome, limit)
             woken = yield Command(("BLPOP", keys.wake(identifier), timeout))
-            granted = algorithm.grant_from(woken[1], permits, slots) if woken else None
+            granted = algorithm.grant_from(woken[1], request.permits, request.slots) if woken else None
             if granted is not None:  # a release granted it the permits (direct grant)
                 granted.ticket = ticket
                 claimed = yield from _claim(algorithm, keys, timeout_ms, identifier, granted)
@@ -145,7 +124,5 @@ def wait_ops(
                     return claimed
         else:
             yield Sleep(max(MIN_BLOCK, min(remaining, POLL, outcome.retry_after_ms / 1000.0)))
-    if limit_of is not None:
-        limit = limit_of()
-    yield from algorithm.abandon(keys, limit, identifier)  # a no-op without a queue
+    yield from algorithm.abandon(keys, limit_of(), identifier)  # a no-op without a queue
     return outcome

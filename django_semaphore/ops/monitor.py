@@ -367,7 +367,7 @@ def read_semaphore(
         found = sem.partitions()
     if key_hash is None and config.key is None and not any(k.key_digest == UNPARTITIONED for k in found):
         found = [sem.partition(None), *found]
-    return _read(summary, sem, config, found, max_partitions, with_holders)
+    return _read(summary, sem, found, max_partitions, with_holders)
 
 
 def find_ad_hoc(ident: str) -> adhoc.Entry | None:
@@ -407,18 +407,18 @@ def read_ad_hoc(
         found = [discovery.partition(entry.name, key_hash, entry.digest)]
     elif found is None:
         found = discovery.partitions(entry.name, entry.digest)
-    return _read(summary, sem, sem.config, found, max_partitions, with_holders, recent=not entry.truncated)
+    return _read(summary, sem, found, max_partitions, with_holders, recent=not entry.truncated)
 
 
 def _read(
     summary: SemaphoreSummary,
     sem: Semaphore,
-    config: SemaphoreConfig,
     found: list[PartitionKeys],
     max_partitions: int,
     with_holders: bool,
     recent: bool = True,
 ) -> SemaphoreSummary:
+    config = sem.config
     summary.timeout, summary.algorithm = config.timeout, config.algorithm
     summary.settings_limit, summary.settings_mode = config.limit, config.mode
     summary.partitioned_by = describe_key(config)

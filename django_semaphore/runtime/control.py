@@ -194,10 +194,10 @@ class Snapshot(NamedTuple):
 class _Table:
     """The overrides and adaptive limits of one prefix, as last read."""
 
-    __slots__ = ("overrides", "adaptive", "used", "read")
+    __slots__ = ("snapshot", "used", "read")
 
     def __init__(self, snapshot: Snapshot, read: bool = True) -> None:
-        self.overrides, self.adaptive = snapshot
+        self.snapshot = snapshot
         self.used = time.monotonic()
         self.read = read  # False: not read from Redis yet (the poller will)
 
@@ -240,14 +240,14 @@ class Cache:
         self._failures = Bursts(quiet=None)
         self.ticks = 0  # completed polls, for tests
 
-    def lookup(self, prefix: str, name: str) -> tuple[bool, Override | None, int | None]:
-        """(known, override, adaptive limit): ``known`` is False when ``prefix`` has
-        not been read yet."""
+    def lookup(self, prefix: str) -> Snapshot | None:
+        """The overrides and adaptive limits of ``prefix`` as last read, or None when
+        ``prefix`` has not been read yet."""
         table = self._tables.get(prefix)
         if table is None:
-            return False, None, None
+            return None
         table.used = time.monotonic()
-        return table.read, table.overrides.get(name), table.adaptive.get(name)
+        return table.snapshot if table.read else None
 
     def watch(self, prefix: str) -> None:
         """Poll ``prefix`` from now on (its first read is the poller's)."""
@@ -266,7 +266,7 @@ class Cache:
             if table is None:
                 self._tables[prefix] = _Table(snapshot)
             else:
-                table.overrides, table.adaptive = snapshot
+                table.snapshot = snapshot
                 table.read = True
         self._ensure_polling()
 
@@ -279,12 +279,12 @@ class Cache:
             table = self._tables.get(prefix)
             if table is None or not table.read:
                 return  # read whole at the next use
-            overrides = dict(table.overrides)
+            overrides = dict(table.snapshot.overrides)
             if override is None:
                 overrides.pop(name, None)
             else:
                 overrides[name] = override
-            table.overrides = overrides
+            table.snapshot = table.snapshot._replace(overrides=overrides)
 
     def clear(self) -> None:
         """Forget everything (another Redis server)."""
@@ -399,9 +399,11 @@ def cached(config: SemaphoreConfig) -> Effective:
     without touching Redis).
     """
     prefix = _prefix()
-    known, override, adaptive_limit = _cache.lookup(prefix, config.name)
-    if not known:
+    snapshot = _cache.lookup(prefix)
+    if snapshot is None:
         _cache.watch(prefix)
+        return _in_force(prefix, config, None, None)
+    override, adaptive_limit = snapshot.of(config.name)
     return _in_force(prefix, config, override, adaptive_limit)
 
 
@@ -423,24 +425,24 @@ def effective(config: SemaphoreConfig, client: Client | None = None) -> Effectiv
     same time), and the next call reads again.
     """
     prefix = _prefix()
-    known, override, adaptive_limit = _cache.lookup(prefix, config.name)
-    if not known:
+    snapshot = _cache.lookup(prefix)
+    if snapshot is None:
         generation = _cache.generation
         snapshot = run(client or connection.get_client(), _read(prefix))
         _cache.store(prefix, snapshot, generation)
-        override, adaptive_limit = snapshot.of(config.name)
+    override, adaptive_limit = snapshot.of(config.name)
     return _in_force(prefix, config, override, adaptive_limit)
 
 
 async def aeffective(config: SemaphoreConfig, client: Client | None = None) -> Effective:
     """The asyncio twin of :func:`effective` (the first read on the asyncio client)."""
     prefix = _prefix()
-    known, override, adaptive_limit = _cache.lookup(prefix, config.name)
-    if not known:
+    snapshot = _cache.lookup(prefix)
+    if snapshot is None:
         generation = _cache.generation
         snapshot = await arun(client or connection.get_async_client(), _read(prefix))
         _cache.store(prefix, snapshot, generation)
-        override, adaptive_limit = snapshot.of(config.name)
+    override, adaptive_limit = snapshot.of(config.name)
     return _in_force(prefix, config, override, adaptive_limit)
 
 

@@ -69,6 +69,16 @@ class Need:
         return values[0], values[1]
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Order:
+    """Where an :class:`Item` comes in the one global acquisition order: by semaphore
+    name, then partition (the unpartitioned semaphore first, then by key)."""
+
+    name: str
+    partitioned: bool
+    key: str
+
+
 class Item:
     """A Need resolved against one request: the semaphore, the partition value, the
     wait, and the permits and priority of this request."""
@@ -92,9 +102,9 @@ class Item:
         self.priority = priority
 
     @property
-    def order(self) -> tuple[str, bool, str]:
+    def order(self) -> Order:
         """The global acquisition order: by name, then partition (None first)."""
-        return (self.semaphore.name, self.key is not None, self.key or "")
+        return Order(self.semaphore.name, self.key is not None, self.key or "")
 
 
 def needs_of(func: Callable[..., Any]) -> tuple[Need, ...]:

@@ -11,7 +11,8 @@ runs and given back when the response is closed
 the request's task is cancelled before Django closes the response (an ASGI
 client that went away).
 
-The sync and async paths share every decision here; only the Redis calls differ.
+The sync and async paths share every decision here, written once as a flow
+(:data:`~django_semaphore.backend.scripting.Flow`); only the calls differ.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from ..backend.scripting import Call, Flow, adrive, drive
 from ..engine import watchdog
 from ..engine.cancellation import finish_soon, run_to_completion
 from ..exceptions import SemaphoreBackendError, SemaphoreFull
@@ -96,43 +98,63 @@ class RequestGuard:
         mark_handled(self.request, self.needs)  # fail open: do not try again further in
         return backend_failure(self.request, [n.name for n in self.needs], exc)
 
+    # -- taking and giving back, written once ------------------------------------------
+
+    def _entering(self) -> Flow[HttpResponseBase | None]:
+        """:meth:`enter` and :meth:`aenter`, written once: a flow that
+        :func:`~django_semaphore.backend.scripting.drive` or
+        :func:`~django_semaphore.backend.scripting.adrive` carries out."""
+        items = resolve(self.request, self.needs)
+        if not items:
+            return None
+        # aenter() has loaded a lazy user already: this reads it without a query.
+        meta = request_meta(self.request, load_user(self.request))
+        try:
+            for item in items:
+                semaphore = item.semaphore
+                lease, retry_after = yield Call(
+                    semaphore.try_acquire,
+                    semaphore.atry_acquire,
+                    (item.key, item.wait, meta, item.permits, item.priority),
+                )
+                if lease is None:
+                    yield from self._giving_back()
+                    return self._refused(item, retry_after)
+                self.leases.append(lease)
+        except BACKEND_ERRORS as exc:
+            yield from self._giving_back()
+            return self._failed(exc)
+        except BaseException:
+            # Interrupted while taking the next one (KeyboardInterrupt, a signal
+            # handler's exception, a bug), or cancelled while waiting for it (the
+            # ASGI client went away: Django >= 5.0 cancels the view's task): give
+            # back what this request holds now, not after TIMEOUT, even if the
+            # task is cancelled again meanwhile.
+            yield Call(self._give_back, self._agive_back_to_completion)
+            raise
+        backend_recovered()
+        yield Call(self._watch, self._awatch, (self._granted(items),))
+        return None
+
+    def _giving_back(self) -> Flow[None]:
+        leases, self.leases = self.leases, []
+        for lease in reversed(leases):
+            try:
+                yield Call(lease.release, lease.arelease)
+            except Exception as exc:  # every lease gets its try; a failure expires after TIMEOUT
+                logger.warning("Could not release semaphore %r: %s", lease.name, printable(exc))
+
     # -- sync ----------------------------------------------------------------------
 
     def enter(self) -> HttpResponseBase | None:
         """Take every semaphore: None to run the view, else the response to send."""
-        items = resolve(self.request, self.needs)
-        if not items:
-            return None
-        meta = request_meta(self.request, load_user(self.request))
-        try:
-            for item in items:
-                lease, retry_after = item.semaphore.try_acquire(
-                    item.key, item.wait, meta, item.permits, item.priority
-                )
-                if lease is None:
-                    self._give_back()
-                    return self._refused(item, retry_after)
-                self.leases.append(lease)
-        except BACKEND_ERRORS as exc:
-            self._give_back()
-            return self._failed(exc)
-        except BaseException:
-            # Interrupted while taking the next one (KeyboardInterrupt, a signal
-            # handler's exception, a bug): what this request already holds must
-            # not stay taken until TIMEOUT.
-            self._give_back()
-            raise
-        backend_recovered()
-        self.watches = [watchdog.watch(lease) for lease in self._granted(items)]
-        return None
+        return drive(None, self._entering())
 
     def _give_back(self) -> None:
-        leases, self.leases = self.leases, []
-        for lease in reversed(leases):
-            try:
-                lease.release()
-            except Exception as exc:  # every lease gets its try; a failure expires after TIMEOUT
-                logger.warning("Could not release semaphore %r: %s", lease.name, printable(exc))
+        drive(None, self._giving_back())
+
+    def _watch(self, leases: list[Lease]) -> None:
+        self.watches = [watchdog.watch(lease) for lease in leases]
 
     def _close(self) -> bool:
         # True the first time: the caller then stops the renewals and gives back.
@@ -157,43 +179,19 @@ class RequestGuard:
 
     async def aenter(self) -> HttpResponseBase | None:
         """The asyncio twin of :meth:`enter`."""
-        user = await aload_user(self.request)
-        items = resolve(self.request, self.needs)
-        if not items:
-            return None
-        meta = request_meta(self.request, user)
-        try:
-            for item in items:
-                lease, retry_after = await item.semaphore.atry_acquire(
-                    item.key, item.wait, meta, item.permits, item.priority
-                )
-                if lease is None:
-                    await self._agive_back()
-                    return self._refused(item, retry_after)
-                self.leases.append(lease)
-        except BACKEND_ERRORS as exc:
-            await self._agive_back()
-            return self._failed(exc)
-        except BaseException:
-            # Cancelled while waiting for the next one (the ASGI client went
-            # away: Django >= 5.0 cancels the view's task), or any other error:
-            # give back what this request holds now, not after TIMEOUT, even if
-            # the task is cancelled again meanwhile.
-            await run_to_completion(self._agive_back())
-            raise
-        backend_recovered()
-        leases = self._granted(items)
-        if leases:
-            self.async_watch = watchdog.AsyncWatch(leases)
-        return None
+        # Before any KEY callable reads request.user, without sync database access.
+        await aload_user(self.request)
+        return await adrive(None, self._entering())
 
     async def _agive_back(self) -> None:
-        leases, self.leases = self.leases, []
-        for lease in reversed(leases):
-            try:
-                await lease.arelease()
-            except Exception as exc:  # every lease gets its try; a failure expires after TIMEOUT
-                logger.warning("Could not release semaphore %r: %s", lease.name, printable(exc))
+        await adrive(None, self._giving_back())
+
+    async def _agive_back_to_completion(self) -> None:
+        await run_to_completion(self._agive_back())
+
+    async def _awatch(self, leases: list[Lease]) -> None:
+        if leases:
+            self.async_watch = watchdog.AsyncWatch(leases)
 
     async def arelease(self) -> None:
         """The asyncio twin of :meth:`release`."""

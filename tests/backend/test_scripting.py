@@ -2,6 +2,9 @@
 and one ``backend_failed`` signal, sent by the driver itself; a flushed script cache
 (NOSCRIPT) is loaded again."""
 
+import threading
+import time
+
 import pytest
 import redis
 import redis.asyncio
@@ -131,3 +134,94 @@ async def test_raw_requests_read_bytes_from_a_client_that_decodes(redis_url, raw
     finally:
         decoding.close()
         await adecoding.aclose()
+
+
+# -- flows: drive and adrive carry out the same flow alike ---------------------------------------------
+
+
+def _flow(log, condition, state):
+    """A flow with every kind of step, and an exception thrown in and caught."""
+    from django_semaphore.backend.scripting import Call, Sleep, WaitFor
+
+    def double(value):
+        return 2 * value
+
+    async def adouble(value):
+        return 2 * value
+
+    def fail():
+        raise ValueError("refused")
+
+    async def afail():
+        raise ValueError("refused")
+
+    def pause():  # an operation: run by run() / arun(), here without Redis
+        yield Sleep(0.01)
+        return "paused"
+
+    log.append(("called", (yield Call(double, adouble, (21,)))))
+    try:
+        yield Call(fail, afail)
+    except ValueError as exc:
+        log.append(("caught", str(exc)))
+    log.append(("operation", (yield pause())))
+    started = time.monotonic()
+    ready = yield WaitFor(condition, lambda: state["ready"], 0.1)
+    log.append(("timed out", ready, time.monotonic() - started >= 0.09))
+
+    def notify():
+        time.sleep(0.1)
+        with condition:
+            state["ready"] = True
+            condition.notify_all()
+
+    threading.Thread(target=notify).start()
+    started = time.monotonic()
+    ready = yield WaitFor(condition, lambda: state["ready"], 5)
+    log.append(("woken", ready, time.monotonic() - started < 1))
+    ready = yield WaitFor(condition, lambda: state["ready"], 5)
+    log.append(("ready already", ready))
+    try:
+        yield Call(fail, afail)
+    finally:
+        log.append("clean-up")
+    log.append("never")  # the second failure is not caught: it ends the flow
+
+
+@pytest.mark.asyncio
+async def test_drive_and_adrive_carry_out_a_flow_alike():
+    from django_semaphore.backend.scripting import adrive, drive
+
+    seen = {}
+    for twin in ("sync", "async"):
+        log, condition, state = [], threading.Condition(), {"ready": False}
+        flow = _flow(log, condition, state)
+        with pytest.raises(ValueError, match="refused"):
+            if twin == "sync":
+                drive(None, flow)
+            else:
+                await adrive(None, flow)
+        seen[twin] = log
+    assert (
+        seen["sync"]
+        == seen["async"]
+        == [
+            ("called", 42),
+            ("caught", "refused"),
+            ("operation", "paused"),
+            ("timed out", False, True),
+            ("woken", True, True),
+            ("ready already", True),
+            "clean-up",
+        ]
+    )
+
+
+def test_a_flow_returns_its_result():
+    from django_semaphore.backend.scripting import Call, drive
+
+    def flow():
+        value = yield Call(lambda: 1, None)
+        return value + 1
+
+    assert drive(None, flow()) == 2

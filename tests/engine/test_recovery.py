@@ -27,7 +27,7 @@ from django_semaphore import Semaphore, SemaphoreBackendError, signals
 from django_semaphore.backend import connection
 from django_semaphore.backend.scripting import run
 from django_semaphore.engine import recovery
-from django_semaphore.engine.algorithms import ALGORITHMS
+from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest
 from tests.helpers import wait_until
 from tests.servers import RedisServer
 
@@ -323,7 +323,9 @@ def _ghosts(sem, count, key=lambda i: f"k{i}"):
     for i in range(count):
         keys = sem.partition(key(i))
         identifier = f"ghost-{key(i)}-{i}"
-        assert run(client, LUA.acquire(keys, config.limit, config.timeout_ms, identifier, "{}")).token
+        assert run(
+            client, LUA.acquire(keys, config.limit, AcquireRequest(identifier, "{}", config.timeout_ms))
+        ).token
         granted.append((keys, identifier))
     for keys, identifier in granted:
         recovery.remember_acquire(config, keys, identifier)
@@ -406,3 +408,114 @@ def test_memory_is_bounded():
         box.remember_release(config, keys, f"r{i}", lambda held: None)
     assert box.pending() == 2 * recovery.MAX
     assert next(iter(box._acquires)) == "a500"  # the oldest were dropped
+
+
+# -- give_back_partition and agive_back_partition: one flow, two drivers ----------------------------
+
+
+def _fail_releases(monkeypatch, error):
+    """Make every release script (the one an entry's work sends) raise ``error``, in both drivers."""
+    from django_semaphore.backend import scripting
+    from django_semaphore.engine.algorithms.lua import RELEASE
+
+    execute, aexecute = scripting.execute, scripting.aexecute
+
+    def failing(client, request):
+        if type(request) is scripting.Script and request.script is RELEASE:
+            raise error()
+        return execute(client, request)
+
+    async def afailing(client, request):
+        if type(request) is scripting.Script and request.script is RELEASE:
+            raise error()
+        return await aexecute(client, request)
+
+    monkeypatch.setattr(scripting, "execute", failing)
+    monkeypatch.setattr(scripting, "aexecute", afailing)
+
+
+async def _give_back_scenario(twin, monkeypatch):
+    """One twin's run of the scenario below: what it saw."""
+    lua = ALGORITHMS["lua"]
+    table = recovery.Recovery()
+    monkeypatch.setattr(recovery, "_recovery", table)
+    sem = Semaphore(f"give-back-{twin}", limit=1, timeout=30)
+    keys, config = sem.partition(), sem.config
+    client = connection.get_client()
+
+    async def give_back(mark):
+        started = time.monotonic()
+        if twin == "sync":
+            answer = recovery.give_back_partition(connection.get_client(), keys, mark)
+        else:
+            answer = await recovery.agive_back_partition(connection.get_async_client(), keys, mark)
+        return answer, time.monotonic() - started
+
+    def ghost(identifier):
+        assert run(client, lua.acquire(keys, 1, AcquireRequest(identifier, "{}", 30000))).token
+        table._acquires[identifier] = recovery.Entry(config, keys, identifier)
+
+    log = []
+    answer, took = await give_back(table.freed_mark())
+    log.append(("nothing remembered", answer, took < 0.1))
+
+    ghost("ghost")
+    answer, took = await give_back(table.freed_mark())
+    log.append(("a ghost undone", answer, took < 0.1, sem.available(), table.pending()))
+
+    in_flight = recovery.Entry(config, keys, "in-flight")
+
+    def thread_answers(after):
+        time.sleep(after)
+        table._finished(in_flight, True)  # a slot of the partition given back
+        with table._cond:
+            table._in_flight = None
+            table._cond.notify_all()
+
+    table._in_flight = in_flight
+    threading.Thread(target=thread_answers, args=(0.15,)).start()
+    answer, took = await give_back(table.freed_mark())
+    log.append(("the thread's answer", answer, 0.1 < took < 0.3))
+
+    table._in_flight = in_flight  # and no answer comes
+    answer, took = await give_back(table.freed_mark())
+    table._in_flight = None
+    wait = recovery.IN_FLIGHT_WAIT
+    log.append(("no answer", answer, wait - 0.05 < took < wait + 0.3))
+
+    ghost("ghost-2")
+    with monkeypatch.context() as patch:
+        _fail_releases(patch, redis.ConnectionError)
+        answer, took = await give_back(table.freed_mark())
+    log.append(("Redis fails", answer, table.pending(), sem.available()))
+
+    error = KeyboardInterrupt if twin == "sync" else asyncio.CancelledError
+    with monkeypatch.context() as patch:
+        _fail_releases(patch, error)
+        with pytest.raises(error):
+            await give_back(table.freed_mark())
+    log.append(("interrupted", table.pending(), sem.available()))
+
+    answer, took = await give_back(table.freed_mark())
+    log.append(("given back later", answer, table.pending(), sem.available()))
+    return log
+
+
+@pytest.mark.asyncio
+async def test_give_back_partition_and_its_async_twin_go_through_the_same_scenario_alike(monkeypatch):
+    """The same scenario through each twin, on a table of its own: nothing to give back;
+    a ghost slot undone inline; the thread's answer on an entry of the partition awaited
+    and acted on as soon as it comes (both wake on it: neither polls); no answer within
+    IN_FLIGHT_WAIT; Redis failing (the entries go back, False); interrupted (sync) or
+    cancelled (async) while giving back (the entries go back, the exception goes on)."""
+    seen = {twin: await _give_back_scenario(twin, monkeypatch) for twin in ("sync", "async")}
+    assert seen["sync"] == seen["async"]
+    assert seen["sync"] == [
+        ("nothing remembered", False, True),
+        ("a ghost undone", True, True, 1, 0),
+        ("the thread's answer", True, True),
+        ("no answer", False, True),
+        ("Redis fails", False, 1, 0),
+        ("interrupted", 1, 0),
+        ("given back later", True, 0, 1),
+    ]

@@ -483,3 +483,112 @@ def test_a_limit_lowered_below_the_permits_asked_refuses_instead_of_raising():
     lease = sem.acquire(permits=2)
     assert lease is not None and lease.slots == (0, 1)
     assert lease.release() is True
+
+
+# -- try_acquire and atry_acquire: one flow, two drivers ------------------------------------------
+
+
+def _interrupt_at_the_wait(monkeypatch, error):
+    """Make the next wait for a slot (a waiter's BLPOP, a seed variant's poll) raise ``error``
+    in both drivers, as an interrupt (sync) or a cancellation (async) arriving there."""
+    from django_semaphore.backend import scripting
+
+    execute, aexecute = scripting.execute, scripting.aexecute
+
+    def waits(request):
+        return type(request) is scripting.Sleep or (
+            type(request) is scripting.Command and request.args[0] == "BLPOP"
+        )
+
+    def interrupted(client, request):
+        if waits(request):
+            raise error()
+        return execute(client, request)
+
+    async def ainterrupted(client, request):
+        if waits(request):
+            raise error()
+        return await aexecute(client, request)
+
+    monkeypatch.setattr(scripting, "execute", interrupted)
+    monkeypatch.setattr(scripting, "aexecute", ainterrupted)
+
+
+async def _acquire_scenario(twin, algorithm, monkeypatch):
+    """One twin's run of the scenario below: what it saw."""
+    import asyncio
+    import threading
+
+    sem = Semaphore(f"twins-{algorithm}-{twin}", limit=2, timeout=30, algorithm=algorithm)
+    dry = Semaphore(f"twins-dry-{algorithm}-{twin}", limit=1, timeout=30, algorithm=algorithm, mode="dry_run")
+
+    async def take(semaphore=sem, **kwargs):
+        if twin == "sync":
+            return semaphore.try_acquire(**kwargs)
+        return await semaphore.atry_acquire(**kwargs)
+
+    def outcome(result, started):
+        lease, retry_after = result
+        waited = time.monotonic() - started
+        if lease is None:
+            return (
+                "refused",
+                retry_after.reason,
+                retry_after >= 1,
+                "waited" if waited >= 0.29 else "at once",
+            )
+        return ("granted", lease.permits, lease.over_limit, lease.waited >= 0.05)
+
+    log = []
+    started = time.monotonic()
+    first = (await take())[0]
+    second = (await take(meta={"who": "second"}))[0]
+    log.append(("two granted", first is not None, second is not None, second.token > first.token))
+    started = time.monotonic()
+    log.append(outcome(await take(), started))  # full: refused at once
+    started = time.monotonic()
+    log.append(outcome(await take(wait=0.3), started))  # full: refused after waiting
+    threading.Timer(0.2, first.release).start()
+    started = time.monotonic()
+    third_result = await take(wait=10)  # granted while waiting
+    log.append(outcome(third_result, started))
+    third = third_result[0]
+    held = await take(dry)
+    started = time.monotonic()
+    log.append(outcome(await take(dry), started))  # a would-be refusal, admitted
+    for lease in (held[0], (await take(dry))[0]):
+        lease.release()
+    for bad in ({"wait": -1}, {"permits": 3}, {"permits": 0}, {"priority": "high"}):
+        with pytest.raises(ValueError):
+            await take(**bad)
+    error = KeyboardInterrupt if twin == "sync" else asyncio.CancelledError
+    with monkeypatch.context() as patch:
+        _interrupt_at_the_wait(patch, error)
+        with pytest.raises(error):
+            await take(wait=10)
+    # The interrupted waiter left neither a ticket nor a slot.
+    holders = sorted(h.token for h in sem.holders())
+    assert holders == sorted([second.token, third.token])
+    log.append(("after the interrupt", sem.status().waiting, len(holders)))
+    log.append(("released", second.release(), third.release(), sem.available()))
+    return log
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_try_acquire_and_atry_acquire_go_through_the_same_scenario_alike(algorithm, monkeypatch):
+    """The same scenario through each twin: granted at once, refused at once, refused after
+    waiting, granted while waiting, a dry run, bad arguments, and interrupted (sync) or
+    cancelled (async) while waiting; the same outcomes, and nothing left behind."""
+
+    seen = {twin: await _acquire_scenario(twin, algorithm, monkeypatch) for twin in ("sync", "async")}
+    assert seen["sync"] == seen["async"]
+    assert seen["sync"] == [
+        ("two granted", True, True, True),
+        ("refused", "full", True, "at once"),
+        ("refused", "timeout", True, "waited"),
+        ("granted", 1, False, True),
+        ("granted", 1, True, False),
+        ("after the interrupt", 0, 2),
+        ("released", True, True, 2),
+    ]

@@ -22,6 +22,14 @@
   django_semaphore/P/X.py in tests/P/test_X.py, a package's __init__.py in
   tests/test_P.py, and every test file outside tests/system/ (the scenarios
   that exercise many modules together) names a module that exists.
+* What travels between functions has a name: no internal function takes more than
+  6 parameters (self and cls not counted; ``*args`` and ``**kwargs`` one each), and no
+  function is annotated to return a ``tuple[...]`` of more than 2 items
+  (``tuple[X, ...]`` aside, and a union member counts): a small frozen dataclass does
+  instead.  Internal means every function but the signatures the public API fixes: the
+  functions exported by the modules the API is imported from (the root, its shims,
+  exceptions, signals, contrib.celery) and the constructor and public methods of the
+  classes exported there (see ``_public_signatures``).
 
 They read the source with ``ast`` or look at file names; nothing is imported or run.
 """
@@ -549,3 +557,185 @@ def test_no_module_checks_the_pid_for_fork_safety_by_itself():
     assert _modules_calling("os", "getpid") == sorted(
         ["runtime/forks.py", "contrib/celery/runs.py", "contrib/celery/dispatcher.py"]
     )
+
+
+# -- what travels between functions has a name ---------------------------------------------------
+
+#: The most parameters an internal function takes (self and cls not counted; ``*args`` and
+#: ``**kwargs`` count one each): beyond, what travels is a small frozen dataclass.
+MAX_PARAMETERS = 6
+#: The most items of a tuple a function is annotated to return (``tuple[X, ...]`` aside).
+MAX_TUPLE_ITEMS = 2
+#: Where the public API is imported from: the root, its shims, exceptions and signals
+#: (PUBLIC), and the optional integrations.
+API_MODULES = sorted(PUBLIC | {f"{ROOT_PACKAGE}.contrib.celery"})
+
+
+def _exported(module, path):
+    """The names ``module`` exports: its ``__all__``, else its public top-level classes and functions."""
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            return tree, [element.value for element in node.value.elts]
+    return tree, [
+        node.name
+        for node in tree.body
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and not node.name.startswith("_")
+    ]
+
+
+def _definition(module, name, seen=()):
+    """(module, class or function node) that ``module``'s ``name`` is, following imports; None if
+    it is no class or function of the package (a constant, an instance)."""
+    path = MODULES.get(module)
+    if path is None or (module, name) in seen:
+        return None
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return module, node
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    target = _absolute(module, path, node)
+                    return _definition(target, alias.name, (*seen, (module, name)))
+    return None
+
+
+def _public_signatures():
+    """{(module path, qualified name)} of the signatures the public API fixes.
+
+    Public: a function exported by a module the API is imported from (API_MODULES: the package
+    root, its shims, exceptions, signals, contrib.celery), and the constructor and the methods
+    without a leading underscore of a class exported there -- e.g. ``Semaphore.__init__`` (which
+    takes every SEMAPHORES option as a keyword, as shared/API.md says), ``Semaphore.guard``,
+    ``FunctionGuard.__init__`` (the options of ``guard()``), ``semaphore_task``.  Every other
+    function is internal: private methods and helpers, the algorithms, the flows, the web
+    layer's and the runtime's functions, whatever their name.
+    """
+    public = set()
+    for module in API_MODULES:
+        if module not in MODULES:
+            continue
+        _, names = _exported(module, MODULES[module])
+        for name in names:
+            found = _definition(module, name)
+            if found is None:
+                continue
+            where, node = found
+            path = MODULES[where].relative_to(PACKAGE).as_posix()
+            if isinstance(node, ast.ClassDef):
+                public |= {
+                    (path, f"{node.name}.{item.name}")
+                    for item in node.body
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and (item.name == "__init__" or not item.name.startswith("_"))
+                }
+            else:
+                public.add((path, node.name))
+    return public
+
+
+def _functions(path):
+    """[(qualified name, node)] of every function and method of a module, nested ones included."""
+    found = []
+
+    def visit(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append((prefix + child.name, child))
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(path.read_text()), "")
+    return found
+
+
+def _parameter_count(node):
+    arguments = node.args
+    names = [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
+    count = len(names) + (arguments.vararg is not None) + (arguments.kwarg is not None)
+    return count - 1 if names and names[0] in ("self", "cls") else count
+
+
+def _tuple_items(annotation):
+    """The most items of a ``tuple[...]`` that ``annotation`` is, or is one member of
+    (``A | B``, ``Optional[...]``); 0 for none, and for ``tuple[X, ...]``."""
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return max(_tuple_items(annotation.left), _tuple_items(annotation.right))
+    if isinstance(annotation, ast.Subscript):
+        name = annotation.value
+        name = name.attr if isinstance(name, ast.Attribute) else getattr(name, "id", "")
+        items = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        if name in ("tuple", "Tuple"):
+            if len(items) == 2 and isinstance(items[1], ast.Constant) and items[1].value is Ellipsis:
+                return 0
+            return len(items)
+        if name in ("Optional", "Union"):
+            return max(_tuple_items(item) for item in items)
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return _tuple_items(ast.parse(annotation.value, mode="eval").body)
+    return 0
+
+
+def _offenders(package=PACKAGE, public=frozenset()):
+    """{(module path, qualified name): what offends} over the package's internal functions."""
+    offenders = {}
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        for name, node in _functions(path):
+            if (relative, name) in public:
+                continue
+            count = _parameter_count(node)
+            if count > MAX_PARAMETERS:
+                offenders[(relative, name)] = f"{count} parameters"
+            items = _tuple_items(node.returns) if node.returns is not None else 0
+            if items > MAX_TUPLE_ITEMS:
+                offenders[(relative, name)] = f"returns a tuple of {items}"
+    return offenders
+
+
+def test_the_public_signatures_are_found():
+    public = _public_signatures()
+    assert {
+        ("engine/semaphore.py", "Semaphore.__init__"),
+        ("engine/semaphore.py", "Semaphore.try_acquire"),
+        ("engine/semaphore.py", "Semaphore.guard"),
+        ("engine/guards.py", "FunctionGuard.__init__"),
+        ("web/decorators.py", "semaphore"),
+        ("web/views.py", "rejected"),
+    } <= public
+    assert ("engine/semaphore.py", "Semaphore._acquiring") not in public
+    assert not any(path.startswith("engine/algorithms/") for path, _ in public)
+
+
+def test_the_signature_check_catches_what_it_forbids(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "m.py").write_text(
+        "class C:\n"
+        "    def ok(self, a, b, c, d, e, f): ...\n"
+        "    def many(self, a, b, c, d, e, f, *args): ...\n"
+        "def triple() -> tuple[int, str, bytes]: ...\n"
+        "def either() -> tuple[int, None] | tuple[None, str]: ...\n"
+        "def maybe() -> 'tuple[int, int, int] | None': ...\n"
+        "def any_length() -> tuple[int, ...]: ...\n"
+        "def keywords(a, *, b, c, d, e, f, **kw): ...\n"
+    )
+    assert _offenders(package) == {
+        ("m.py", "C.many"): "7 parameters",
+        ("m.py", "triple"): "returns a tuple of 3",
+        ("m.py", "maybe"): "returns a tuple of 3",
+        ("m.py", "keywords"): "7 parameters",
+    }
+
+
+def test_no_internal_function_takes_more_than_6_parameters_or_returns_a_tuple_of_more_than_2():
+    assert _offenders(public=_public_signatures()) == {}

@@ -14,7 +14,7 @@ from redis.cluster import key_slot
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
 from django_semaphore.backend.scripting import Command, Pipe, Script, execute
-from django_semaphore.engine.algorithms import ALGORITHMS
+from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest
 from django_semaphore.engine.inspection import holders, purge, status
 
 ALL = list(ALGORITHMS)
@@ -157,8 +157,8 @@ def test_every_request_stays_in_one_slot(backend, algorithm):
     alg = ALGORITHMS[algorithm]
     client = connection.get_client()
     seen = []
-    first = _drive(client, alg.acquire(keys, 1, 5000, "id-1", "{}"), seen)
-    _drive(client, alg.acquire(keys, 1, 5000, "id-2", "{}"), seen)
+    first = _drive(client, alg.acquire(keys, 1, AcquireRequest("id-1", "{}", 5000)), seen)
+    _drive(client, alg.acquire(keys, 1, AcquireRequest("id-2", "{}", 5000)), seen)
     _drive(client, alg.refresh(keys, 5000, "id-1"), seen)
     _drive(client, holders(keys, alg), seen)
     _drive(client, status(keys, alg, 1, 5), seen)

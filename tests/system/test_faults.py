@@ -22,7 +22,7 @@ from redis.retry import Retry
 from django_semaphore import Semaphore, SemaphoreBackendError, signals
 from django_semaphore.backend import connection
 from django_semaphore.backend.scripting import execute, run
-from django_semaphore.engine.algorithms import ALGORITHMS, Granted
+from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest, Granted
 from tests.helpers import wait_until
 
 LUA = ALGORITHMS["lua"]
@@ -180,7 +180,7 @@ def test_script_flush_inside_a_multi_step_operation(backend, backend_redis, algo
     sem = Semaphore("flush-op-" + algorithm, limit=1, timeout=10, algorithm=algorithm)
     keys = sem.partition()
     client = connection.get_client()
-    op = ALGORITHMS[algorithm].acquire(keys, 1, 10000, "flushed-id", "{}")
+    op = ALGORITHMS[algorithm].acquire(keys, 1, AcquireRequest("flushed-id", "{}", 10000))
     requests = 0
     try:
         request = next(op)
@@ -225,16 +225,16 @@ def test_client_pause_manual_retry_same_identifier(own_redis):
     sem = Semaphore("paused-manual", limit=2, timeout=30)
     keys = sem.partition()
     client = connection.get_client()
-    run(client, LUA.acquire(keys, 2, 30000, "warm", "{}"))  # load the script
+    run(client, LUA.acquire(keys, 2, AcquireRequest("warm", "{}", 30000)))  # load the script
     run(client, LUA.release(keys, 2, "warm"))
     impatient = redis.Redis(port=own_redis.port, socket_timeout=0.2, retry=Retry(NoBackoff(), 0))
     admin = redis.Redis(port=own_redis.port)
     admin.execute_command("CLIENT", "PAUSE", 600, "WRITE")
     with pytest.raises(SemaphoreBackendError):
-        run(impatient, LUA.acquire(keys, 2, 30000, "retried", "{}"))
+        run(impatient, LUA.acquire(keys, 2, AcquireRequest("retried", "{}", 30000)))
     # The first attempt is still queued in Redis; the retry waits behind it.
-    second = run(client, LUA.acquire(keys, 2, 30000, "retried", "{}"))
-    third = run(client, LUA.acquire(keys, 2, 30000, "retried", "{}"))
+    second = run(client, LUA.acquire(keys, 2, AcquireRequest("retried", "{}", 30000)))
+    third = run(client, LUA.acquire(keys, 2, AcquireRequest("retried", "{}", 30000)))
     assert isinstance(second, Granted) and second == third
     assert [h.identifier for h in sem.holders()] == ["retried"]
     assert sem.available() == 1

@@ -10,7 +10,7 @@ from redis.cluster import key_slot
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
 from django_semaphore.backend.keys import stats_keys
-from django_semaphore.engine.algorithms import ALGORITHMS
+from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest
 from django_semaphore.engine.semaphore import meta_json
 from tests.helpers import wait_until
 
@@ -125,7 +125,9 @@ def test_abandoned_partitions_leave_nothing_behind(own_redis, settings):
             address = f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}"
             keys = sem.partition(address)
             request = next(
-                LUA.acquire(keys, config.limit, config.timeout_ms, f"id{i}", meta_json(None, address))
+                LUA.acquire(
+                    keys, config.limit, AcquireRequest(f"id{i}", meta_json(None, address), config.timeout_ms)
+                )
             )
             pipe.evalsha(request.script.sha, len(request.keys), *request.keys, *request.args)
             if len(pipe) == 2000:

@@ -14,11 +14,11 @@ work whatever the algorithm.  :data:`ALGORITHMS` is the registry.
 
 from __future__ import annotations
 
-from .base import Algorithm, Granted, Outcome, Refused
+from .base import AcquireRequest, Algorithm, Granted, Outcome, Refused
 from .lua import Lua
 from .redis_in_action import Basic, Fair, FairLocked
 
-__all__ = ["ALGORITHMS", "Algorithm", "Granted", "Outcome", "Refused"]
+__all__ = ["ALGORITHMS", "AcquireRequest", "Algorithm", "Granted", "Outcome", "Refused"]
 
 #: Every algorithm, by the name the ALGORITHM setting gives it.
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (Lua(), FairLocked(), Fair(), Basic())}

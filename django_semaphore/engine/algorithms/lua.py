@@ -15,7 +15,7 @@ from typing import Any
 
 from ...backend.keys import PartitionKeys
 from ...backend.scripting import LuaScript, Operation, Script
-from .base import Granted, Outcome, Refused, as_int, as_str, parse_slots
+from .base import AcquireRequest, Granted, Outcome, Refused, as_int, as_str, parse_slots
 
 ACQUIRE = LuaScript("acquire")
 RELEASE = LuaScript("release")
@@ -33,44 +33,39 @@ class Lua:
     schedules = True
 
     def acquire(
-        self,
-        keys: PartitionKeys,
-        limit: int,
-        timeout_ms: int,
-        identifier: str,
-        meta_json: str,
-        ticket_ms: int = 0,
-        ticket: str = "",
-        dry_run: bool = False,
-        permits: int = 1,
-        priority: int = 0,
-        max_waiters: int | None = None,
-        slots: bool = False,
+        self, keys: PartitionKeys, limit: int, request: AcquireRequest, ticket: str = ""
     ) -> Operation[Outcome]:
-        """Take ``permits`` slots, or a refusal; ``ticket_ms`` > 0 queues the
-        caller (a waiter) by ``priority`` then arrival, ``ticket`` is its
-        ticket number from an earlier refusal, ``max_waiters`` refuses it at
-        once instead when that many wait.  ``dry_run`` admits over the limit,
-        with the over-limit marker in the same reply (one round trip, as always).
+        """Take ``request.permits`` slots, or a refusal; ``request.ticket_ms`` > 0
+        queues the caller (a waiter) by ``priority`` then arrival, ``ticket`` is its
+        ticket number from an earlier refusal, ``max_waiters`` refuses it at once
+        instead when that many wait.  ``dry_run`` admits over the limit, with the
+        over-limit marker in the same reply (one round trip, as always).
         ``slots``: give the holder slot numbers (SLOTS); without them the slot
         bitmap is never touched."""
-        script_keys = keys.main + (keys.wake(identifier),) if ticket_ms else keys.main
+        ticket_ms = request.ticket_ms
+        script_keys = keys.main + (keys.wake(request.identifier),) if ticket_ms else keys.main
         args: tuple[Any, ...] = (
             limit,
-            timeout_ms,
-            identifier,
-            meta_json,
+            request.timeout_ms,
+            request.identifier,
+            request.meta_json,
             ticket_ms,
             ticket,
-            "1" if dry_run else "",
+            "1" if request.dry_run else "",
         )
-        if permits != 1 or priority != 0 or max_waiters is not None or slots:
+        max_waiters = request.max_waiters
+        if request.permits != 1 or request.priority != 0 or max_waiters is not None or request.slots:
             # The script's defaults otherwise: fewer arguments to send and parse.
-            args += (permits, priority, "" if max_waiters is None else max_waiters, "1" if slots else "")
+            args += (
+                request.permits,
+                request.priority,
+                "" if max_waiters is None else max_waiters,
+                "1" if request.slots else "",
+            )
         reply = yield Script(ACQUIRE, script_keys, args)
         if reply[0] == 1:
-            numbers = parse_slots(reply[5]) if slots else ()
-            return Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, numbers, permits)
+            numbers = parse_slots(reply[5]) if request.slots else ()
+            return Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, numbers, request.permits)
         yield from wake(keys, reply, 6)
         return Refused(reply[1], reply[2], reply[3], as_str(reply[4]), reply[5] == 1)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from ...backend.keys import RANKS, PartitionKeys
 from ...backend.scripting import LuaScript, Operation, Pipe, Script, Sleep, lengthen
-from .base import Granted, Outcome, Refused, client_ms, record
+from .base import AcquireRequest, Granted, Outcome, Refused, client_ms, record
 
 UNLOCK = LuaScript("unlock")
 
@@ -96,49 +96,29 @@ class Basic:
     schedules = False
 
     def acquire(
-        self,
-        keys: PartitionKeys,
-        limit: int,
-        timeout_ms: int,
-        identifier: str,
-        meta_json: str,
-        ticket_ms: int = 0,
-        ticket: str = "",
-        dry_run: bool = False,
-        permits: int = 1,
-        priority: int = 0,
-        max_waiters: int | None = None,
-        slots: bool = False,
+        self, keys: PartitionKeys, limit: int, request: AcquireRequest, ticket: str = ""
     ) -> Operation[Outcome]:
-        """Take a slot, or a refusal (``ticket_ms`` and ``ticket`` are ignored: no queue;
-        ``permits``, ``priority``, ``max_waiters`` and ``slots`` too: the engine passes
-        only their defaults, see :attr:`Algorithm.schedules`).
+        """Take a slot, or a refusal (``request.ticket_ms`` and ``ticket`` are ignored: no
+        queue; ``permits``, ``priority``, ``max_waiters`` and ``slots`` too: the engine
+        sends only their defaults, see :attr:`Algorithm.schedules`).
 
-        ``dry_run``: a refused caller acquires again with an unbounded limit
+        ``request.dry_run``: a refused caller acquires again with an unbounded limit
         and is granted with ``over_limit`` set: one more round trip (two for
         "fair"), only when enforcing would have refused it.
         """
-        outcome = yield from self.acquire_once(keys, limit, timeout_ms, identifier, meta_json)
-        if not dry_run or isinstance(outcome, Granted):
+        outcome = yield from self.acquire_once(keys, limit, request)
+        if not request.dry_run or isinstance(outcome, Granted):
             return outcome
         for _ in range(DRY_RUN_ATTEMPTS):  # "fair_locked" may miss its lock
-            again = yield from self.acquire_once(keys, UNBOUNDED, timeout_ms, identifier, meta_json)
+            again = yield from self.acquire_once(keys, UNBOUNDED, request)
             if isinstance(again, Granted):
                 again.over_limit = True
                 return again
         return outcome
 
-    def acquire_once(
-        self,
-        keys: PartitionKeys,
-        limit: int,
-        timeout_ms: int,
-        identifier: str,
-        meta_json: str,
-        ticket_ms: int = 0,
-        ticket: str = "",
-    ) -> Operation[Outcome]:
-        """Take a slot, or a refusal (``ticket_ms`` and ``ticket`` are ignored: no queue)."""
+    def acquire_once(self, keys: PartitionKeys, limit: int, request: AcquireRequest) -> Operation[Outcome]:
+        """Take a slot, or a refusal (``request.ticket_ms`` is ignored: no queue)."""
+        timeout_ms, identifier = request.timeout_ms, request.identifier
         now = client_ms()
         ttl = timeout_ms + 1000
         reply = yield Pipe(
@@ -158,7 +138,7 @@ class Basic:
                 _forget_ids(keys, expired)
                 + (
                     ("ZADD", keys.owners, token, identifier),
-                    ("HSET", keys.holds, identifier, record(token, int(now), meta_json)),
+                    ("HSET", keys.holds, identifier, record(token, int(now), request.meta_json)),
                 )
                 + _keep_alive(ttl, keys.owners, keys.holds)
             )
@@ -233,17 +213,9 @@ class Fair(Basic):
 
     name = "fair"
 
-    def acquire_once(
-        self,
-        keys: PartitionKeys,
-        limit: int,
-        timeout_ms: int,
-        identifier: str,
-        meta_json: str,
-        ticket_ms: int = 0,
-        ticket: str = "",
-    ) -> Operation[Outcome]:
-        """Take a slot, or a refusal (``ticket_ms`` and ``ticket`` are ignored: no queue)."""
+    def acquire_once(self, keys: PartitionKeys, limit: int, request: AcquireRequest) -> Operation[Outcome]:
+        """Take a slot, or a refusal (``request.ticket_ms`` is ignored: no queue)."""
+        timeout_ms, identifier = request.timeout_ms, request.identifier
         now = client_ms()
         ttl = timeout_ms + 1000
         reply = yield Pipe(
@@ -272,7 +244,7 @@ class Fair(Basic):
         rank, first = reply[len(forget) + 3], reply[len(forget) + 5]
         if rank is not None and rank < limit:
             yield Pipe(
-                (("HSET", keys.holds, identifier, record(token, int(now), meta_json)),)
+                (("HSET", keys.holds, identifier, record(token, int(now), request.meta_json)),)
                 + _keep_alive(ttl, keys.holds)
             )
             return Granted(token, int(now), int(now + timeout_ms))
@@ -285,17 +257,9 @@ class FairLocked(Fair):
 
     name = "fair_locked"
 
-    def acquire_once(
-        self,
-        keys: PartitionKeys,
-        limit: int,
-        timeout_ms: int,
-        identifier: str,
-        meta_json: str,
-        ticket_ms: int = 0,
-        ticket: str = "",
-    ) -> Operation[Outcome]:
+    def acquire_once(self, keys: PartitionKeys, limit: int, request: AcquireRequest) -> Operation[Outcome]:
         """Take the lock (refused if it stays taken LOCK_ACQUIRE_TIMEOUT), then acquire as "fair"."""
+        identifier = request.identifier
         deadline = time.monotonic() + LOCK_ACQUIRE_TIMEOUT
         while True:
             reply = yield Pipe(
@@ -304,10 +268,10 @@ class FairLocked(Fair):
             if reply[0]:
                 break
             if time.monotonic() >= deadline:
-                return Refused(min(timeout_ms, 1000))
+                return Refused(min(request.timeout_ms, 1000))
             yield Sleep(0.001)
         # No try/finally: a generator must not yield while being closed. If
         # Redis fails in between, the lock expires after LOCK_TIMEOUT_MS.
-        outcome = yield from super().acquire_once(keys, limit, timeout_ms, identifier, meta_json)
+        outcome = yield from super().acquire_once(keys, limit, request)
         yield Script(UNLOCK, (keys.lock,), (identifier,))
         return outcome

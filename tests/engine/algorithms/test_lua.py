@@ -25,7 +25,7 @@ from django_semaphore import Semaphore, SemaphoreFull, semaphores
 from django_semaphore.backend import connection
 from django_semaphore.backend.keys import glob_escape
 from django_semaphore.backend.scripting import Script, execute, run
-from django_semaphore.engine.algorithms import ALGORITHMS, Granted, Refused
+from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest, Granted, Refused
 from django_semaphore.engine.inspection import holders, purge, status
 from django_semaphore.engine.waiting import TICKET_MS
 from tests.helpers import wait_until
@@ -87,10 +87,13 @@ def test_a_short_timeout_waiter_never_shortens_the_queue_ttl(raw_redis):
     assert long_sem.acquire() is not None
     # A long-TIMEOUT waiter takes a ticket (one acquire, not a waiting loop),
     # then a short-TIMEOUT one.
-    run(client, LUA.acquire(keys, 1, LONG * 1000, "long-waiter", "{}", TICKET_MS))
+    run(client, LUA.acquire(keys, 1, AcquireRequest("long-waiter", "{}", LONG * 1000, ticket_ms=TICKET_MS)))
     before = _pttls(raw_redis, [keys.queue, keys.queue_deadlines])
     started = time.monotonic()
-    run(client, LUA.acquire(keys, 1, int(SHORT * 1000), "short-waiter", "{}", TICKET_MS))
+    run(
+        client,
+        LUA.acquire(keys, 1, AcquireRequest("short-waiter", "{}", int(SHORT * 1000), ticket_ms=TICKET_MS)),
+    )
     after = _pttls(raw_redis, [keys.queue, keys.queue_deadlines])
     print(f"QUEUE TTL before/after a short-TIMEOUT waiter: {before} -> {after}")
     _assert_not_shortened(before, after, (time.monotonic() - started) * 1000)
@@ -122,7 +125,7 @@ def test_a_wake_up_list_lives_as_long_as_the_waiters_lease(raw_redis):
     keys = sem.partition()
     client = connection.get_client()
     holder = sem.acquire()
-    run(client, LUA.acquire(keys, 1, LONG * 1000, "waiter", "{}", TICKET_MS))
+    run(client, LUA.acquire(keys, 1, AcquireRequest("waiter", "{}", LONG * 1000, ticket_ms=TICKET_MS)))
     started = time.monotonic()
     assert holder.release() is True
     pttl = raw_redis.pttl(keys.wake("waiter"))
@@ -188,27 +191,37 @@ def test_every_key_a_script_touches_is_declared(declared, raw_redis):
     # lease that expired), a release that grants a waiter its slot, a waiter
     # finding its grant, a refresh, an abandon that gives a grant back, a lost
     # refresh, a dropped waiter coming back to its place, and the readers.
-    h1 = check(LUA.acquire(keys, 2, 30000, "h1", "{}"))
+    h1 = check(LUA.acquire(keys, 2, AcquireRequest("h1", "{}", 30000)))
     assert isinstance(h1, Granted)
-    short = check(LUA.acquire(keys, 2, 200, "h2", "{}"))
+    short = check(LUA.acquire(keys, 2, AcquireRequest("h2", "{}", 200)))
     assert isinstance(short, Granted)
-    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w1", "{}", TICKET_MS)), Refused)
-    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w2", "{}", TICKET_MS)), Refused)
-    assert isinstance(check(LUA.acquire(keys, 2, 30000, "nowait", "{}")), Refused)
+    assert isinstance(
+        check(LUA.acquire(keys, 2, AcquireRequest("w1", "{}", 30000, ticket_ms=TICKET_MS))), Refused
+    )
+    assert isinstance(
+        check(LUA.acquire(keys, 2, AcquireRequest("w2", "{}", 30000, ticket_ms=TICKET_MS))), Refused
+    )
+    assert isinstance(check(LUA.acquire(keys, 2, AcquireRequest("nowait", "{}", 30000))), Refused)
     wait_until(lambda: _server_ms(raw_redis) > short.expires_ms, message="h2 expired")
-    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w2", "{}", TICKET_MS)), Refused)  # grants w1
+    assert isinstance(
+        check(LUA.acquire(keys, 2, AcquireRequest("w2", "{}", 30000, ticket_ms=TICKET_MS))), Refused
+    )  # grants w1
     (grant,) = raw_redis.lrange(keys.wake("w1"), 0, -1)
     assert LUA.grant_from(grant, 1, False) is not None  # "token:acquired_ms:expires_ms:slots"
-    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w1", "{}", TICKET_MS)), Granted)  # already its
+    assert isinstance(
+        check(LUA.acquire(keys, 2, AcquireRequest("w1", "{}", 30000, ticket_ms=TICKET_MS))), Granted
+    )  # already its
     assert check(LUA.release(keys, 2, "h1", h1.acquired_ms)) is True  # grants w2
     (grant,) = raw_redis.lrange(keys.wake("w2"), 0, -1)
     assert LUA.grant_from(grant, 1, False) is not None
     assert check(LUA.refresh(keys, 30000, "w1"))
     check(LUA.abandon(keys, 2, "w2"))
     assert check(LUA.refresh(keys, 30000, "h2")) is None
-    assert isinstance(check(LUA.acquire(keys, 2, 30000, "h3", "{}")), Granted)
-    w3 = check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS))
-    assert isinstance(check(LUA.acquire(keys, 2, 30000, "w4", "{}", TICKET_MS)), Refused)
+    assert isinstance(check(LUA.acquire(keys, 2, AcquireRequest("h3", "{}", 30000))), Granted)
+    w3 = check(LUA.acquire(keys, 2, AcquireRequest("w3", "{}", 30000, ticket_ms=TICKET_MS)))
+    assert isinstance(
+        check(LUA.acquire(keys, 2, AcquireRequest("w4", "{}", 30000, ticket_ms=TICKET_MS))), Refused
+    )
 
     def drop_w3():  # as when its claim window ends with it stalled (queue members: "ticket:permits:id")
         for member in raw_redis.zrange(keys.queue, 0, -1):
@@ -218,12 +231,12 @@ def test_every_key_a_script_touches_is_declared(declared, raw_redis):
         raw_redis.hdel(keys.waiters, "w3")
 
     drop_w3()
-    back = check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket))
+    back = check(LUA.acquire(keys, 2, AcquireRequest("w3", "{}", 30000, ticket_ms=TICKET_MS), w3.ticket))
     assert isinstance(back, Refused) and back.ahead == 0
     assert [m.rsplit(b":", 1)[1] for m in raw_redis.zrange(keys.queue, 0, -1)] == [b"w3", b"w4"]
     drop_w3()
     assert check(LUA.release(keys, 2, "h3")) is True  # grants w4, the only one queued
-    back = check(LUA.acquire(keys, 2, 30000, "w3", "{}", TICKET_MS, w3.ticket))
+    back = check(LUA.acquire(keys, 2, AcquireRequest("w3", "{}", 30000, ticket_ms=TICKET_MS), w3.ticket))
     assert isinstance(back, Refused) and back.ahead == 0  # first in line again, behind no one
     check(LUA.abandon(keys, 2, "w3"))
     check(status(keys, LUA, 2, 30))
@@ -287,7 +300,7 @@ def test_retry_after_counts_the_queue_ahead_and_never_passes_the_earliest_expiry
     _hold_a_few_times(sem)
     holder = Semaphore("estimate-queue", limit=1, timeout=holder_timeout).acquire()
     for i in range(ahead):  # waiters that took a ticket (one acquire each, no loop)
-        run(client, LUA.acquire(keys, 1, 60000, f"queued-{i}", "{}", 30000))
+        run(client, LUA.acquire(keys, 1, AcquireRequest(f"queued-{i}", "{}", 60000, ticket_ms=30000)))
     lease, retry_after = sem.try_acquire()
     until_expiry = (holder.expires_ms - _server_ms(client)) / 1000
     # The hold times measured on the server are HOLD plus the round trips (a loaded machine: up to 2 x).
@@ -408,11 +421,16 @@ def test_the_waiters_flag_follows_the_queue(raw_redis):
 def test_a_release_grants_the_head_waiters_in_queue_order_inside_the_script(raw_redis):
     keys = Semaphore("direct", limit=2).partition()
     check = lambda op: run(connection.get_client(), op)  # noqa: E731
-    first = check(LUA.acquire(keys, 2, 30000, "h1", "{}"))
-    second = check(LUA.acquire(keys, 2, 30000, "h2", "{}"))
+    first = check(LUA.acquire(keys, 2, AcquireRequest("h1", "{}", 30000)))
+    second = check(LUA.acquire(keys, 2, AcquireRequest("h2", "{}", 30000)))
     for waiter in ("w1", "w2", "w3"):
         assert isinstance(
-            check(LUA.acquire(keys, 2, 30000, waiter, json.dumps({"who": waiter}), TICKET_MS)), Refused
+            check(
+                LUA.acquire(
+                    keys, 2, AcquireRequest(waiter, json.dumps({"who": waiter}), 30000, ticket_ms=TICKET_MS)
+                )
+            ),
+            Refused,
         )
     assert check(LUA.release(keys, 2, "h1", first.acquired_ms)) is True
     assert check(LUA.release(keys, 2, "h2", second.acquired_ms)) is True

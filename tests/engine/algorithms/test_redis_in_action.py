@@ -22,7 +22,7 @@ from django_semaphore import Semaphore
 from django_semaphore.backend import connection
 from django_semaphore.backend.keys import STATS, adhoc_key
 from django_semaphore.backend.scripting import Sleep, execute
-from django_semaphore.engine.algorithms import ALGORITHMS
+from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest
 from django_semaphore.runtime import stats
 from tests.helpers import wait_until
 
@@ -76,7 +76,9 @@ def drive(client, operation, stop_after=None, before_next=None):
 def acquire_op(sem, key, identifier="interrupted"):
     config = sem.config
     keys = sem.partition(key)
-    return ALGORITHMS[config.algorithm].acquire(keys, config.limit, config.timeout_ms, identifier, "{}")
+    return ALGORITHMS[config.algorithm].acquire(
+        keys, config.limit, AcquireRequest(identifier, "{}", config.timeout_ms)
+    )
 
 
 # -- processes that disagree on TIMEOUT ------------------------------------------------------
