@@ -61,7 +61,7 @@ test-redis62: $(STAMP)
 		$(BIN)/python -m pytest $(REDIS62_TESTS) $(PYTEST_ARGS)
 
 # mypy --strict with django-stubs; the files checked are [tool.mypy] files in pyproject.toml.
-# The Django plugin imports tests.settings, which wants a REDIS_URL: mypy never connects to it.
+# The Django plugin imports tests.support.settings, which wants a REDIS_URL: mypy never connects to it.
 typecheck: $(STAMP)
 	REDIS_URL=redis://mypy.invalid:6379/0 $(BIN)/mypy
 

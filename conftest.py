@@ -1,4 +1,4 @@
-"""Session set-up: a throwaway Redis, then Django with tests.settings.
+"""Session set-up: a throwaway Redis, then Django with tests.support.settings.
 
 When REDIS_URL is set the suite uses that server and never flushes it: every
 test writes under its own SEMAPHORE_KEY_PREFIX and deletes only those keys.
@@ -16,12 +16,12 @@ _server = None
 def pytest_configure(config):
     global _server
     if not os.environ.get("REDIS_URL"):
-        from tests.servers import RedisServer
+        from tests.support.servers import RedisServer
 
         _server = RedisServer().start()
         os.environ["REDIS_URL"] = _server.url
         os.environ["SEMAPHORE_TEST_OWNS_REDIS"] = "1"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
     from django.conf import settings
 
     settings.INSTALLED_APPS  # noqa: B018 - load settings so pytest-django sets Django up
@@ -46,7 +46,7 @@ def _server_version(url):
 
 
 def pytest_report_header(config):
-    from tests.servers import redis_server_binary, redis_server_version
+    from tests.support.servers import redis_server_binary, redis_server_version
 
     url = os.environ.get("REDIS_URL")
     owner = f"started by the session: {_server.binary}" if _server else "from REDIS_URL, never flushed"

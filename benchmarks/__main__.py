@@ -8,7 +8,7 @@ import platform
 import sys
 import time
 
-from tests.servers import RedisServer, redis_server_binary
+from tests.support.servers import RedisServer, redis_server_binary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGETS = {

@@ -790,7 +790,7 @@ def main(argv=None):
     )
     parser.add_argument("--json", metavar="PATH", help="also write the figures and series as JSON")
     args = parser.parse_args(argv)
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
     started = time.monotonic()
     server = RedisServer().start()

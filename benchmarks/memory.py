@@ -117,7 +117,7 @@ def measure(partitions=PARTITIONS, timeout=TIMEOUT):
 
 
 if __name__ == "__main__":  # python -m benchmarks.memory [PARTITIONS [TIMEOUT]]: prints one JSON line
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
     from .common import setup_django
 

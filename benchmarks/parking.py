@@ -174,7 +174,7 @@ def measure(redis_url, samples):
 
 
 if __name__ == "__main__":  # python -m benchmarks.parking [N]: this section alone
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
     server = RedisServer().start()
     try:

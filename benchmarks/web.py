@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 from .common import median, percentile
 

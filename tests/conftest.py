@@ -15,7 +15,7 @@ import redis
 
 from django_semaphore import signals
 
-pytest_plugins = ["tests.fixtures_redis"]
+pytest_plugins = ["tests.support.fixtures_redis"]
 
 _SESSION = uuid.uuid4().hex[:8]
 _counter = itertools.count()
@@ -61,7 +61,7 @@ def subprocess_env(redis_url, key_prefix):
     env = dict(os.environ)
     env["REDIS_URL"] = redis_url
     env["SEMAPHORE_KEY_PREFIX"] = key_prefix
-    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["DJANGO_SETTINGS_MODULE"] = "tests.support.settings"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     env["PYTHON"] = sys.executable

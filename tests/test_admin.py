@@ -27,7 +27,7 @@ from django_semaphore.backend.scripting import run
 from django_semaphore.config import settings as conf
 from django_semaphore.models import Semaphore
 from django_semaphore.runtime import adaptive
-from tests.helpers import wait_until, wait_until_expired
+from tests.support.helpers import wait_until, wait_until_expired
 
 LIST_URL = "/admin/django_semaphore/semaphore/"
 SEMAPHORES = {
@@ -37,7 +37,7 @@ SEMAPHORES = {
 
 
 # Every test but test_custom_site (at the end) runs on a single server and on a
-# Redis Cluster (its ``backend`` mark, tests/fixtures_redis.py), except those
+# Redis Cluster (its ``backend`` mark, tests/support/fixtures_redis.py), except those
 # that talk to the single server directly.
 
 
@@ -240,7 +240,7 @@ def test_purge_expired_button(client, changer, settings, raw_redis):
 
 @pytest.mark.usefixtures("backend")
 def test_redis_down_shows_an_error_not_a_500(client, viewer, settings):
-    from tests.servers import free_port
+    from tests.support.servers import free_port
 
     settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{free_port()}/0"}
     client.force_login(viewer)

@@ -4,7 +4,7 @@ entry and the check id, instead of a server that boots and answers 500s.
 
 gunicorn and uvicorn run no system checks, so the refusal comes from
 ``AppConfig.ready()``.  Each server is a real subprocess on a free port, started
-with DJANGO_SETTINGS_MODULE=tests.settings_bad; the test waits for it to exit
+with DJANGO_SETTINGS_MODULE=tests.support.settings_bad; the test waits for it to exit
 (or to answer, which fails the test).
 """
 
@@ -19,8 +19,8 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 
 from django_semaphore.config import settings as conf
-from tests.servers import free_port
-from tests.settings_web import WEB_SEMAPHORES
+from tests.support.servers import free_port
+from tests.support.settings_web import WEB_SEMAPHORES
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +108,7 @@ def env(subprocess_env):
 
 @pytest.mark.parametrize("command", [gunicorn, uvicorn, runserver, check], ids=lambda c: c.__name__)
 def test_a_bad_entry_stops_the_server_from_starting(env, command):
-    code, status, stderr = boot(command, env, "tests.settings_bad")
+    code, status, stderr = boot(command, env, "tests.support.settings_bad")
     print(f"{command.__name__}: exit code {code}, GET /web/hello/ -> {status}")
     assert status is None, f"served {status} (before the fix: gunicorn and uvicorn answered 500)"
     assert code not in (None, 0), stderr
@@ -119,8 +119,8 @@ def test_a_bad_entry_stops_the_server_from_starting(env, command):
 
 @pytest.mark.parametrize("command", [gunicorn, uvicorn], ids=lambda c: c.__name__)
 def test_the_same_servers_start_with_good_settings(env, command):
-    # The rig's control: with tests.settings_web the same command serves.
-    code, status, stderr = boot(command, env, "tests.settings_web")
+    # The rig's control: with tests.support.settings_web the same command serves.
+    code, status, stderr = boot(command, env, "tests.support.settings_web")
     assert (code, status) == (None, 200), stderr
 
 

@@ -12,17 +12,17 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_semaphore import Semaphore, semaphores
 from django_semaphore.backend import connection
-from tests.helpers import HOSTILE_LIMITS
-from tests.servers import RedisServer, free_port, redis_server_binary
+from tests.support.helpers import HOSTILE_LIMITS
+from tests.support.servers import RedisServer, free_port, redis_server_binary
 
 GOOD = {"LIMIT": 2, "TIMEOUT": 5}
 
 
 @pytest.fixture(autouse=True)
 def _unguarded_urls(settings):
-    # tests.urls guards views with entries these tests' SEMAPHORES lack (E027 would
+    # tests.support.urls guards views with entries these tests' SEMAPHORES lack (E027 would
     # report them in every run_checks); the E027 tests set their own URLconf.
-    settings.ROOT_URLCONF = "tests.urls_unguarded"
+    settings.ROOT_URLCONF = "tests.support.urls_unguarded"
 
 
 def ours(**kwargs):
@@ -516,7 +516,11 @@ def test_scheduling_options_accept_ints_callables_and_dotted_paths(settings):
     settings.SEMAPHORES = {
         "ints": {**GOOD, "PERMITS": 2, "PRIORITY": -3, "MAX_WAITERS": 0},
         "callables": {**GOOD, "PERMITS": lambda request: 1, "PRIORITY": lambda request: 5},
-        "dotted": {**GOOD, "PERMITS": "tests.views.permits_of", "PRIORITY": "tests.views.priority_of"},
+        "dotted": {
+            **GOOD,
+            "PERMITS": "tests.support.views.permits_of",
+            "PRIORITY": "tests.support.views.priority_of",
+        },
         "defaults": {**GOOD, "ALGORITHM": "fair_locked", "PERMITS": 1, "PRIORITY": 0, "MAX_WAITERS": None},
     }
     assert ours() == []
@@ -541,7 +545,7 @@ def test_slots_is_a_bool_and_false_goes_with_any_algorithm(settings):
 
 def _where_and_what(message):
     """("<view> (URL '<route>')", the first word after the colon) of an E027 message."""
-    where = message.msg.split(" has ")[0].replace("The view tests.urls_checks.", "")
+    where = message.msg.split(" has ")[0].replace("The view tests.support.urls_checks.", "")
     return where, message.msg.split("...): ", 1)[1].split(" ")[0]
 
 
@@ -550,7 +554,7 @@ def test_every_guarded_view_of_the_urlconf_is_checked_against_its_entry(settings
         "chk": {"LIMIT": 4, "TIMEOUT": 5},
         "chk-seed": {"LIMIT": 4, "ALGORITHM": "fair_locked"},
     }
-    settings.ROOT_URLCONF = "tests.urls_checks"
+    settings.ROOT_URLCONF = "tests.support.urls_checks"
     messages = ours()
     assert {m.id for m in messages} == {"django_semaphore.E027"}
     assert all(isinstance(m, Error) and m.hint for m in messages)
@@ -575,7 +579,7 @@ def test_guarded_views_of_good_entries_pass(settings):
         "chk-missing-cbv": {"LIMIT": 1},
         "chk-seed": {"LIMIT": 4},
     }
-    settings.ROOT_URLCONF = "tests.urls_checks"
+    settings.ROOT_URLCONF = "tests.support.urls_checks"
     # Left: the three arguments no entry accepts.
     assert sorted(_where_and_what(m)[0] for m in ours()) == [
         "ok (URL 'bad-key/')",
@@ -586,7 +590,7 @@ def test_guarded_views_of_good_entries_pass(settings):
 
 def test_guarded_views_are_not_checked_while_the_settings_are_bad(settings):
     settings.SEMAPHORES = {"chk": {"LIMIT": 0}}
-    settings.ROOT_URLCONF = "tests.urls_checks"
+    settings.ROOT_URLCONF = "tests.support.urls_checks"
     assert {m.id for m in ours()} == {"django_semaphore.E003"}
 
 
@@ -597,7 +601,7 @@ def test_permits_of_an_adaptive_entry_are_checked_against_its_max(settings):
         "chk-missing-cbv": {"LIMIT": 1},
         "chk-seed": {"LIMIT": 4},
     }
-    settings.ROOT_URLCONF = "tests.urls_checks"
+    settings.ROOT_URLCONF = "tests.support.urls_checks"
     (too_many,) = [m for m in ours() if "too-many" in m.msg]
     assert "permits=5 is more than the entry's ADAPTIVE's MAX 4" in too_many.msg
     assert too_many.hint == "Ask for at most ADAPTIVE's MAX permits, or raise ADAPTIVE's MAX."

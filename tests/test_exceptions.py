@@ -4,7 +4,7 @@ carries, and that every one of them is a SemaphoreError."""
 import pytest
 
 from django_semaphore import Semaphore, SemaphoreBackendError, SemaphoreError, SemaphoreFull
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 
 def test_semaphore_full_carries_name_retry_after_key_and_reason():

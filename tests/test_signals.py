@@ -5,9 +5,9 @@ against the real Redis (``backend_failed`` is the driver's: tests/backend/test_s
 import pytest
 
 from django_semaphore import Semaphore, signals
-from tests.helpers import names_of, wait_until
+from tests.support.helpers import names_of, wait_until
 
-# Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py).
+# Every test runs on a single server and on a Redis Cluster (tests/support/fixtures_redis.py).
 pytestmark = pytest.mark.usefixtures("backend")
 
 

@@ -9,7 +9,7 @@ from django_redis import get_redis_connection
 
 from django_semaphore import Semaphore, SemaphoreBackendError, SemaphoreError
 from django_semaphore.backend import connection
-from tests.servers import RedisServer, free_port
+from tests.support.servers import RedisServer, free_port
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from django_semaphore import Semaphore
 from django_semaphore.backend.keys import STATS, PartitionKeys, adhoc_key, stats_keys
 from django_semaphore.config import settings as conf
 from django_semaphore.runtime import stats
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 HOSTILE = [
     "x",

@@ -11,7 +11,7 @@ import redis.asyncio
 
 from django_semaphore import Semaphore, SemaphoreBackendError, signals
 from django_semaphore.backend.scripting import Command, Pipe, aexecute, execute
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 
 @pytest.fixture

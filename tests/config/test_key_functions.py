@@ -15,8 +15,8 @@ from django.test import RequestFactory
 from django_semaphore import semaphore, semaphores
 from django_semaphore.backend.keys import key_hash
 from django_semaphore.config.key_functions import ByHeader, by_ip, by_user
-from tests.helpers import body, close
-from tests.settings_web import WEB_SEMAPHORES
+from tests.support.helpers import body, close
+from tests.support.settings_web import WEB_SEMAPHORES
 
 
 @pytest.fixture(autouse=True)

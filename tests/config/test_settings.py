@@ -41,7 +41,7 @@ def test_prefix_changes_take_effect_at_the_next_call(settings):
 
 
 def test_a_setting_not_in_settings_reads_its_default(settings):
-    assert not hasattr(settings, "SEMAPHORE_FAIL_OPEN")  # tests/settings.py leaves it out
+    assert not hasattr(settings, "SEMAPHORE_FAIL_OPEN")  # tests/support/settings.py leaves it out
     assert conf.setting("SEMAPHORE_FAIL_OPEN") is conf.DEFAULTS["SEMAPHORE_FAIL_OPEN"] is False
     settings.SEMAPHORE_FAIL_OPEN = True
     assert conf.setting("SEMAPHORE_FAIL_OPEN") is True

@@ -22,7 +22,7 @@ from django_semaphore.config.validation import (
     validate,
     validate_entry,
 )
-from tests.helpers import HOSTILE_LIMIT_TEXTS, HOSTILE_LIMITS
+from tests.support.helpers import HOSTILE_LIMIT_TEXTS, HOSTILE_LIMITS
 
 CACHES = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}}
 

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from django_semaphore.engine import cancellation
-from tests.helpers import until
+from tests.support.helpers import until
 
 
 @pytest.mark.asyncio

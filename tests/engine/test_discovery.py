@@ -14,7 +14,7 @@ from django_semaphore import Semaphore, SemaphoreBackendError, signals
 from django_semaphore.backend.keys import PartitionKeys, key_hash
 from django_semaphore.engine import discovery
 from django_semaphore.ops import monitor
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 SEMAPHORES = {
     "reports": {"LIMIT": 2, "TIMEOUT": 30},

@@ -15,8 +15,8 @@ from django_semaphore import Semaphore, SemaphoreError, semaphores
 from django_semaphore.engine import watchdog
 from django_semaphore.engine.handoff import AlreadyAdopted, HandoffError
 from django_semaphore.engine.semaphore import Lease, adopt_ticket
-from tests import handoff_site
-from tests.helpers import names_of, wait_until
+from tests.support import handoff_site
+from tests.support.helpers import names_of, wait_until
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -204,7 +204,7 @@ async def test_the_async_watch_stops_renewing_a_handed_off_lease():
 # -- a guarded view ----------------------------------------------------------------------
 
 
-@pytest.mark.urls("tests.handoff_site")
+@pytest.mark.urls("tests.support.handoff_site")
 def test_a_guarded_view_that_hands_off_keeps_its_slot_after_the_response(client, settings, received):
     settings.SEMAPHORES = {"reports": {"LIMIT": 1, "TIMEOUT": 30}}
     handoff_site.TICKETS.clear()

@@ -8,9 +8,9 @@ import pytest
 
 from django_semaphore import Semaphore
 from django_semaphore.engine.inspection import Holder
-from tests.helpers import until, wait_until
+from tests.support.helpers import until, wait_until
 
-# Every contract test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py).
+# Every contract test runs on a single server and on a Redis Cluster (tests/support/fixtures_redis.py).
 pytestmark = pytest.mark.usefixtures("backend")
 
 

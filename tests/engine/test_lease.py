@@ -7,12 +7,12 @@ import pytest
 from django_semaphore import Semaphore
 from django_semaphore.backend.keys import adhoc_key
 from django_semaphore.config import settings as conf
-from tests.helpers import names_of, wait_until
+from tests.support.helpers import names_of, wait_until
 
 ALGORITHMS = ["lua", "fair_locked", "fair", "basic"]
 
 
-# Every contract test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py).
+# Every contract test runs on a single server and on a Redis Cluster (tests/support/fixtures_redis.py).
 pytestmark = pytest.mark.usefixtures("backend")
 
 

@@ -28,8 +28,8 @@ from django_semaphore.backend import connection
 from django_semaphore.backend.scripting import run
 from django_semaphore.engine import recovery
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest
-from tests.helpers import wait_until
-from tests.servers import RedisServer
+from tests.support.helpers import wait_until
+from tests.support.servers import RedisServer
 
 LUA = ALGORITHMS["lua"]
 

@@ -8,12 +8,12 @@ import pytest
 
 from django_semaphore import Semaphore, SemaphoreFull, semaphores
 from django_semaphore.engine.semaphore import Lease
-from tests.helpers import HOSTILE_LIMITS, until, wait_until
+from tests.support.helpers import HOSTILE_LIMITS, until, wait_until
 
 ALGORITHMS = ["lua", "fair_locked", "fair", "basic"]
 
 
-# Every contract test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py).
+# Every contract test runs on a single server and on a Redis Cluster (tests/support/fixtures_redis.py).
 pytestmark = pytest.mark.usefixtures("backend")
 
 
@@ -40,7 +40,7 @@ def test_limit_is_enforced(algorithm):
 
 
 def test_configured_semaphore_uses_settings():
-    sem = semaphores["reports"]  # LIMIT 2, TIMEOUT 5 in tests/settings.py
+    sem = semaphores["reports"]  # LIMIT 2, TIMEOUT 5 in tests/support/settings.py
     assert (sem.name, sem.limit, sem.timeout) == ("reports", 2, 5)
     a, b = sem.acquire(), sem.acquire()
     assert a and b

@@ -8,7 +8,7 @@ import pytest
 from django_semaphore import Semaphore, SemaphoreBackendError
 from django_semaphore.backend import connection
 from django_semaphore.engine import storage
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import pytest
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
-from tests.helpers import until, wait_until
+from tests.support.helpers import until, wait_until
 
 WAITER = textwrap.dedent(
     """
@@ -181,7 +181,7 @@ def test_a_stalled_waiter_keeps_its_place_in_the_queue(subprocess_env):
 
 
 # -- the queue, on a single server and on a Redis Cluster -----------------------------
-# (tests/fixtures_redis.py); the tests above talk to the single server directly.
+# (tests/support/fixtures_redis.py); the tests above talk to the single server directly.
 
 
 def _call_in_thread(func, *args, **kwargs):

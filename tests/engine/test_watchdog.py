@@ -12,7 +12,7 @@ import pytest
 
 from django_semaphore import Semaphore, signals
 from django_semaphore.engine import watchdog
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 
 def watchdog_threads():

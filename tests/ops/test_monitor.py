@@ -9,7 +9,7 @@ from django_semaphore.config import settings as conf
 from django_semaphore.engine import discovery
 from django_semaphore.ops import monitor
 from django_semaphore.runtime import adhoc, stats
-from tests.helpers import wait_until_expired
+from tests.support.helpers import wait_until_expired
 
 SEMAPHORES = {
     "reports": {"LIMIT": 4, "TIMEOUT": 30},

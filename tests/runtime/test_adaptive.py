@@ -20,7 +20,7 @@ from django_semaphore.backend.keys import control_key
 from django_semaphore.backend.scripting import run
 from django_semaphore.config import settings as conf
 from django_semaphore.runtime import adaptive, control
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 FAST = 0.001  # INTERVAL (seconds) of the tests that drive the script: 1 ms of server time
 

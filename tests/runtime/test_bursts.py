@@ -18,8 +18,8 @@ from django.utils.log import AdminEmailHandler
 
 from django_semaphore import semaphore, semaphores
 from django_semaphore.runtime import bursts
-from tests.servers import free_port
-from tests.settings_web import MIDDLEWARE, WEB_SEMAPHORES
+from tests.support.servers import free_port
+from tests.support.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 
 BURST = 201
 
@@ -71,7 +71,7 @@ def test_redis_down_sends_no_error_email_and_logs_one_warning(client, redis_down
 
 
 def test_a_new_failure_burst_warns_again_after_redis_answers(client, settings, caplog):
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
     with RedisServer() as server, caplog.at_level(logging.DEBUG, logger="django_semaphore"):
         settings.SEMAPHORE_REDIS = {"URL": server.url}

@@ -16,8 +16,8 @@ from django_semaphore.backend import connection
 from django_semaphore.backend.keys import control_key
 from django_semaphore.backend.scripting import run
 from django_semaphore.runtime import control
-from tests.helpers import HOSTILE_LIMITS, wait_until
-from tests.servers import RedisServer, redis_server_binary
+from tests.support.helpers import HOSTILE_LIMITS, wait_until
+from tests.support.servers import RedisServer, redis_server_binary
 
 SEED_ALGORITHMS = ("fair_locked", "fair", "basic")
 

@@ -13,7 +13,7 @@ from django_semaphore import Semaphore
 from django_semaphore.engine import recovery, watchdog
 from django_semaphore.runtime import adaptive, control, forks, stats
 from django_semaphore.runtime.scheduler import scheduler
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 _seen = []  # what the callbacks registered below did, in this process
 

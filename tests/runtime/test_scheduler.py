@@ -11,7 +11,7 @@ import pytest
 from django_semaphore import Semaphore
 from django_semaphore.runtime import control, scheduler
 from django_semaphore.runtime.scheduler import Scheduler
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 
 @pytest.fixture

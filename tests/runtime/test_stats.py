@@ -14,7 +14,7 @@ from django_semaphore import Semaphore, semaphores
 from django_semaphore.backend import connection
 from django_semaphore.backend.keys import stats_keys
 from django_semaphore.runtime import control, stats
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 
 def settled(name, now=None, samples=None):

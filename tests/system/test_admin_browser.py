@@ -7,7 +7,7 @@ from django.contrib.auth.models import Permission, User
 
 from django_semaphore import semaphores
 from django_semaphore.admin import SemaphoreAdmin
-from tests.browser import chromium, new_page, screenshot
+from tests.support.browser import chromium, new_page, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -206,7 +206,7 @@ def test_anonymous_is_sent_to_the_login_page(browser, live_server):
 
 @pytest.mark.django_db(transaction=False)
 def test_a_missing_browser_skips_locally_and_fails_in_ci(monkeypatch):
-    from tests import browser
+    from tests.support import browser
 
     monkeypatch.setattr(browser, "CHROMIUM", "/nonexistent/chromium")
     monkeypatch.delenv("SEMAPHORE_REQUIRE_BROWSER", raising=False)

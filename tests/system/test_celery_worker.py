@@ -1,10 +1,10 @@
 """semaphore_task with a real Celery worker: held slots, parking, restarts, a view -> task handoff.
 
-Each test starts ``celery -A tests.celery_app worker`` in a subprocess of its
+Each test starts ``celery -A tests.support.celery_app worker`` in a subprocess of its
 own (fixture ``worker``).  Broker and result backend: database 7 of the test
 session's own redis-server (never the machine's 6379, never flushed; only
 this module's queue and results are deleted afterwards).  The tasks
-(tests/celery_app.py) record their starts and ends in Redis; the tests await
+(tests/support/celery_app.py) record their starts and ends in Redis; the tests await
 those records with deadlines.  Delays are measured on the Redis server's
 clock and printed (``pytest -s``).
 """
@@ -28,7 +28,7 @@ pytest.importorskip("celery")
 from django_semaphore import Semaphore
 from django_semaphore.contrib.celery import LOCK_SUFFIX, PARKED_KWARG, parked, queue_key
 from django_semaphore.engine import watchdog
-from tests.helpers import ROOT, wait_until
+from tests.support.helpers import ROOT, wait_until
 
 BROKER_DB = 7
 QUEUE = f"semaphore-tests-{uuid.uuid4().hex[:8]}"
@@ -42,7 +42,7 @@ def broker_url(redis_url):
     url = urllib.parse.urlunsplit(parts._replace(path=f"/{BROKER_DB}"))
     os.environ["SEMAPHORE_CELERY_BROKER"] = url
     os.environ["SEMAPHORE_CELERY_QUEUE"] = QUEUE
-    from tests import celery_app
+    from tests.support import celery_app
 
     celery_app.app.conf.update(broker_url=url, result_backend=url, task_default_queue=QUEUE)
     yield url
@@ -58,7 +58,7 @@ def broker_url(redis_url):
 
 @pytest.fixture
 def app(broker_url):
-    from tests import celery_app
+    from tests.support import celery_app
 
     return celery_app
 
@@ -73,7 +73,7 @@ class Worker:
 
     def start(self):
         command = [
-            sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
+            sys.executable, "-m", "celery", "-A", "tests.support.celery_app", "worker",
             f"--pool={self.pool}", "-c", str(self.concurrency), "-Q", QUEUE,
             "-n", f"{QUEUE}-{uuid.uuid4().hex[:4]}@%h",
             "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "INFO",
@@ -293,7 +293,7 @@ def test_parked_tasks_survive_a_worker_killed_and_restarted(app, start_worker, r
     assert int(raw_redis.get(rec("peak"))) <= app.LIMIT
 
 
-@pytest.mark.urls("tests.handoff_site")
+@pytest.mark.urls("tests.support.handoff_site")
 @pytest.mark.django_db(transaction=True)
 def test_a_view_hands_its_slot_to_a_task(app, worker, live_server, raw_redis, rec, admin_client):
     reports = Semaphore("reports")

@@ -27,7 +27,7 @@ def skewed(env, offsets, **command):
     """Run one skewed worker per offset, concurrently; their JSON reports in order."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.workers.skewed", str(offset), json.dumps(command)],
+            [sys.executable, "-m", "tests.support.workers.skewed", str(offset), json.dumps(command)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

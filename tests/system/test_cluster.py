@@ -1,7 +1,7 @@
 """The engine on Redis Cluster (and, for comparison, on one server).
 
 Every test taking ``backend`` runs twice: on the session's single server and
-on a three-primary cluster (tests/fixtures_redis.py).
+on a three-primary cluster (tests/support/fixtures_redis.py).
 """
 
 import asyncio

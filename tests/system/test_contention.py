@@ -22,7 +22,7 @@ import uuid
 
 import pytest
 
-from tests.helpers import ROOT, max_overlap
+from tests.support.helpers import ROOT, max_overlap
 
 PROCESSES = 16
 LIMIT = 3
@@ -38,7 +38,7 @@ class Workers:
     def __init__(self, env, count):
         self.procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "tests.workers.contend"],
+                [sys.executable, "-m", "tests.support.workers.contend"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -105,7 +105,7 @@ def workers(redis_url, raw_redis):
     env.update(
         REDIS_URL=redis_url,
         SEMAPHORE_KEY_PREFIX=prefix,
-        DJANGO_SETTINGS_MODULE="tests.settings",
+        DJANGO_SETTINGS_MODULE="tests.support.settings",
         PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
     )
     pool = Workers(env, PROCESSES)

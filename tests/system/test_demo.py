@@ -17,9 +17,9 @@ import urllib.request
 
 import pytest
 
-from tests.browser import chromium, new_page, screenshot
-from tests.helpers import ROOT
-from tests.servers import free_port
+from tests.support.browser import chromium, new_page, screenshot
+from tests.support.helpers import ROOT
+from tests.support.servers import free_port
 
 MANAGE = os.path.join(ROOT, "testproject", "manage.py")
 STARTUP_SECONDS = 60

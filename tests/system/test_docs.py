@@ -29,7 +29,7 @@ import pytest
 
 from django_semaphore.config import settings as conf
 from django_semaphore.config import validation
-from tests.helpers import ROOT
+from tests.support.helpers import ROOT
 
 README = os.path.join(ROOT, "README.rst")
 DOCS = os.path.join(ROOT, "docs")

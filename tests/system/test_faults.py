@@ -23,7 +23,7 @@ from django_semaphore import Semaphore, SemaphoreBackendError, signals
 from django_semaphore.backend import connection
 from django_semaphore.backend.scripting import execute, run
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest, Granted
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 LUA = ALGORITHMS["lua"]
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.settings_web import MIDDLEWARE, WEB_SEMAPHORES
+from tests.support.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 
 SOCKET_TIMEOUT = 2.0
 PATHS = ["/web/slow/?sleep=0", "/web/mw/path/"]

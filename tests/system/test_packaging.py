@@ -20,7 +20,7 @@ import zipfile
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.support.helpers import ROOT
 
 PACKAGE = "django_semaphore"
 

@@ -16,8 +16,8 @@ import redis
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
-from tests.helpers import wait_until
-from tests.servers import RedisServer
+from tests.support.helpers import wait_until
+from tests.support.servers import RedisServer
 
 SEEDS = ["basic", "fair", "fair_locked"]
 

@@ -23,7 +23,7 @@ from django_semaphore.models import Semaphore as SemaphoreModel
 from django_semaphore.ops import metrics
 from django_semaphore.runtime import stats
 from django_semaphore.runtime.control import Effective
-from tests.helpers import HOSTILE_LIMIT_TEXTS, wait_until
+from tests.support.helpers import HOSTILE_LIMIT_TEXTS, wait_until
 
 # This module is also the URLconf of its tests: the admin and the metrics endpoint.
 urlpatterns = [

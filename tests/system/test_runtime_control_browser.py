@@ -11,8 +11,8 @@ from django.contrib.auth.models import Permission, User
 from django_semaphore import semaphores
 from django_semaphore.runtime import stats
 from django_semaphore.runtime.control import Effective
-from tests.browser import chromium, new_page, screenshot
-from tests.helpers import wait_until
+from tests.support.browser import chromium, new_page, screenshot
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

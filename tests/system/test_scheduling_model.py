@@ -37,7 +37,7 @@ from hypothesis.stateful import (
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 MAX_LIMIT = 5
 EXAMPLES = 60

@@ -23,8 +23,8 @@ import redis
 
 from django_semaphore import Semaphore, SemaphoreBackendError, signals
 from django_semaphore.backend import connection
-from tests.fixtures_redis import sentinel_service
-from tests.servers import RedisSentinelServers
+from tests.support.fixtures_redis import sentinel_service
+from tests.support.servers import RedisSentinelServers
 
 LIMIT = 3
 

@@ -1,7 +1,7 @@
 """The web layer behind real servers: pytest-django's live_server (threaded WSGI,
 in this process) and uvicorn (ASGI, in a subprocess on a free port).
 
-Concurrency inside the views is counted in Redis (tests/views.py ``probe``), so
+Concurrency inside the views is counted in Redis (tests/support/views.py ``probe``), so
 it holds across processes.  Views that must overlap block on a Redis "gate"
 list that the test opens once the refusals have come back, instead of
 sleeping and hoping the requests overlap.
@@ -22,10 +22,10 @@ import httpx
 import pytest
 
 from django_semaphore import semaphores, signals
-from tests.helpers import wait_until
-from tests.servers import free_port
-from tests.settings_web import WEB_SEMAPHORES
-from tests.views import gate_key, probe_keys
+from tests.support.helpers import wait_until
+from tests.support.servers import free_port
+from tests.support.settings_web import WEB_SEMAPHORES
+from tests.support.views import gate_key, probe_keys
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def http():
 
 
 class Uvicorn:
-    """uvicorn serving tests.asgi_web on a free port, in a subprocess."""
+    """uvicorn serving tests.support.asgi_web on a free port, in a subprocess."""
 
     def __init__(self, env):
         self.port = free_port()
@@ -54,7 +54,7 @@ class Uvicorn:
                 sys.executable,
                 "-m",
                 "uvicorn",
-                "tests.asgi_web:application",
+                "tests.support.asgi_web:application",
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -105,7 +105,7 @@ def uvicorn(subprocess_env):
     servers = []
 
     def start(**extra):
-        env = {**subprocess_env, "DJANGO_SETTINGS_MODULE": "tests.settings_web", **extra}
+        env = {**subprocess_env, "DJANGO_SETTINGS_MODULE": "tests.support.settings_web", **extra}
         server = Uvicorn(env)
         servers.append(server)
         return server.wait_ready()

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from tests.helpers import max_overlap
+from tests.support.helpers import max_overlap
 
 PROCESSES = 32
 ATTEMPTS = 3200  # per process: 32 x 3200 = 102,400 acquires

@@ -3,9 +3,9 @@
 import pytest
 
 from django_semaphore import semaphores
-from tests.browser import chromium, new_page, screenshot
-from tests.servers import free_port
-from tests.settings_web import WEB_SEMAPHORES
+from tests.support.browser import chromium, new_page, screenshot
+from tests.support.servers import free_port
+from tests.support.settings_web import WEB_SEMAPHORES
 
 pytestmark = pytest.mark.browser
 

@@ -6,9 +6,9 @@ import threading
 import pytest
 
 from django_semaphore import semaphores, signals
-from tests.helpers import body
-from tests.settings_web import WEB_SEMAPHORES
-from tests.views import probe_keys
+from tests.support.helpers import body
+from tests.support.settings_web import WEB_SEMAPHORES
+from tests.support.views import probe_keys
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +71,7 @@ async def test_async_class_based_view(async_client):
 
 
 def test_decorator_keeps_the_view_name_and_declares_its_needs():
-    from tests import views
+    from tests.support import views
 
     assert views.slow.__name__ == "slow"
     assert [need.name for need in views.pair_xy.semaphore_needs] == ["pair-x", "pair-y"]
@@ -106,7 +106,7 @@ def test_probe_keys_are_under_the_prefix(key_prefix):
 
 
 def test_permits_and_priority_come_from_the_decorator_or_the_settings(client):
-    sem = semaphores["web-weighted"]  # LIMIT 4, PERMITS 2 in tests/settings_web.py
+    sem = semaphores["web-weighted"]  # LIMIT 4, PERMITS 2 in tests/support/settings_web.py
     response = client.get("/web/weighted/?permits=3")
     assert response.status_code == 200
     lease = body(response)["leases"]["web-weighted"]

@@ -8,7 +8,7 @@ import pytest
 
 from django_semaphore import semaphores, signals
 from django_semaphore.web.middleware import SemaphoreMiddleware
-from tests.settings_web import MIDDLEWARE, WEB_SEMAPHORES
+from tests.support.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 
 
 @pytest.fixture(autouse=True)
@@ -153,7 +153,7 @@ def test_permits_are_read_per_request(client, settings):
             "LIMIT": 3,
             "TIMEOUT": 30,
             "PATHS": [r"^/web/mw/a?path/"],
-            "PERMITS": "tests.views.permits_of",
+            "PERMITS": "tests.support.views.permits_of",
         },
     }
     sem = semaphores["mw-path"]

@@ -8,8 +8,8 @@ from django.test import RequestFactory
 
 from django_semaphore import semaphore, semaphores
 from django_semaphore.web.needs import Need, mark_handled, pending_needs, resolve
-from tests.helpers import body, close
-from tests.settings_web import WEB_SEMAPHORES
+from tests.support.helpers import body, close
+from tests.support.settings_web import WEB_SEMAPHORES
 
 
 @pytest.fixture(autouse=True)

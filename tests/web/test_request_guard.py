@@ -7,9 +7,9 @@ import signal
 import pytest
 
 from django_semaphore import semaphores, signals
-from tests.helpers import body
-from tests.servers import RedisServer
-from tests.settings_web import MIDDLEWARE, WEB_SEMAPHORES
+from tests.support.helpers import body
+from tests.support.servers import RedisServer
+from tests.support.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 
 
 @pytest.fixture(autouse=True)

@@ -21,8 +21,8 @@ import pytest
 from django.http import HttpResponse
 
 from django_semaphore import semaphores
-from tests.servers import RedisServer, free_port
-from tests.settings_web import MIDDLEWARE, WEB_SEMAPHORES
+from tests.support.servers import RedisServer, free_port
+from tests.support.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 
 
 @pytest.fixture(autouse=True)

@@ -8,9 +8,9 @@ from django.http import HttpResponse
 from django.test import RequestFactory
 
 from django_semaphore import semaphore, semaphores
-from tests.helpers import wait_until
-from tests.settings_web import WEB_SEMAPHORES
-from tests.views import gate_key
+from tests.support.helpers import wait_until
+from tests.support.settings_web import WEB_SEMAPHORES
+from tests.support.views import gate_key
 
 
 @pytest.fixture(autouse=True)

@@ -7,8 +7,8 @@ from django.utils.functional import SimpleLazyObject
 
 from django_semaphore import semaphores
 from django_semaphore.web.users import aload_user, load_user, user_label
-from tests.helpers import body
-from tests.settings_web import WEB_SEMAPHORES
+from tests.support.helpers import body
+from tests.support.settings_web import WEB_SEMAPHORES
 
 
 @pytest.fixture(autouse=True)

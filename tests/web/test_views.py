@@ -8,8 +8,8 @@ from django.test import RequestFactory
 
 from django_semaphore import SemaphoreFull, semaphores
 from django_semaphore.web.views import prefers_json, rejected
-from tests.helpers import body
-from tests.settings_web import WEB_SEMAPHORES
+from tests.support.helpers import body
+from tests.support.settings_web import WEB_SEMAPHORES
 
 
 @pytest.fixture(autouse=True)

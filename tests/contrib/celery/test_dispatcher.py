@@ -10,7 +10,7 @@ from django_semaphore import Semaphore
 from django_semaphore.contrib.celery import dispatcher, parking, store
 from django_semaphore.engine.semaphore import Lease
 from tests.contrib.celery.support import Outbox, message
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 pytestmark = pytest.mark.usefixtures("backend")
 

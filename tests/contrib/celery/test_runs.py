@@ -10,7 +10,7 @@ pytest.importorskip("celery")
 
 from django_semaphore import Semaphore
 from django_semaphore.contrib.celery import runs, store
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 pytestmark = pytest.mark.usefixtures("backend")
 

@@ -28,8 +28,8 @@ from django_semaphore.backend.scripting import Script, execute, run
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest, Granted, Refused
 from django_semaphore.engine.inspection import holders, purge, status
 from django_semaphore.engine.waiting import TICKET_MS
-from tests.helpers import wait_until
-from tests.settings_web import WEB_SEMAPHORES
+from tests.support.helpers import wait_until
+from tests.support.settings_web import WEB_SEMAPHORES
 
 LUA = ALGORITHMS["lua"]
 

@@ -24,7 +24,7 @@ from django_semaphore.backend.keys import STATS, adhoc_key
 from django_semaphore.backend.scripting import Sleep, execute
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest
 from django_semaphore.runtime import stats
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 SEEDS = ["basic", "fair", "fair_locked"]
 

@@ -12,10 +12,10 @@ from django_semaphore import Semaphore, semaphores
 from django_semaphore.backend.keys import adhoc_key, name_hash
 from django_semaphore.config import settings as conf
 from django_semaphore.runtime import adhoc, stats
-from tests.helpers import run_command, wait_until_expired
-from tests.servers import free_port
+from tests.support.helpers import run_command, wait_until_expired
+from tests.support.servers import free_port
 
-# Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py),
+# Every test runs on a single server and on a Redis Cluster (tests/support/fixtures_redis.py),
 # except those that talk to the single server directly.
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -180,8 +180,8 @@ def _manage(subprocess_env, *args, redis_url=None):
     if redis_url:
         env["REDIS_URL"] = redis_url
     return subprocess.run(
-        # --skip-checks: tests.urls guards views with entries only the web tests define (E027).
-        [sys.executable, "-m", "django", *args, "--settings", "tests.settings", "--skip-checks"],
+        # --skip-checks: tests.support.urls guards views with entries only the web tests define (E027).
+        [sys.executable, "-m", "django", *args, "--settings", "tests.support.settings", "--skip-checks"],
         env=env,
         capture_output=True,
         text=True,

@@ -10,9 +10,9 @@ from django.core.management import CommandError, call_command
 from django_semaphore import semaphores, signals
 from django_semaphore.backend.keys import control_key
 from django_semaphore.runtime.control import Effective
-from tests.helpers import HOSTILE_LIMIT_TEXTS
+from tests.support.helpers import HOSTILE_LIMIT_TEXTS
 
-# Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py).
+# Every test runs on a single server and on a Redis Cluster (tests/support/fixtures_redis.py).
 pytestmark = pytest.mark.usefixtures("backend")
 
 SEMAPHORES = {
@@ -151,9 +151,9 @@ def test_a_million_is_the_largest_limit_and_leading_zeros_are_digits(stored):
 
 def test_from_the_command_line_with_exit_code_2(subprocess_env):
     """The real manage.py: a clear message on stderr and exit code 2, nothing on stdout."""
-    # --skip-checks: tests.urls guards views with entries only the web tests define (E027).
+    # --skip-checks: tests.support.urls guards views with entries only the web tests define (E027).
     command = [sys.executable, "-m", "django", "sema_set", "reports", "--limit", "-3", "--skip-checks"]
-    env = {**subprocess_env, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    env = {**subprocess_env, "DJANGO_SETTINGS_MODULE": "tests.support.settings"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert f"{LIMIT_ERROR}, not '-3'." in done.stderr

@@ -5,9 +5,9 @@ from django.core.management import CommandError
 
 from django_semaphore import Semaphore, semaphores
 from django_semaphore.runtime import adhoc, stats
-from tests.helpers import run_command
+from tests.support.helpers import run_command
 
-# Every test runs on a single server and on a Redis Cluster (tests/fixtures_redis.py),
+# Every test runs on a single server and on a Redis Cluster (tests/support/fixtures_redis.py),
 # except those that talk to the single server directly.
 pytestmark = pytest.mark.usefixtures("backend")
 

@@ -53,7 +53,7 @@ class Command(BaseCommand):
         redis_url = settings.REDIS_URL
         if not redis_url:
             # The repository's rig (not in the wheel); manage.py puts the repository root on sys.path.
-            from tests.servers import RedisServer
+            from tests.support.servers import RedisServer
 
             server = RedisServer().start()
             redis_url = server.url

@@ -1,4 +1,4 @@
-"""Views for the web-layer tests (tests/web_urls.py), served in-process and by uvicorn.
+"""Views for the web-layer tests (tests/support/web_urls.py), served in-process and by uvicorn.
 
 The ``probe`` helpers count how many requests run a view at once in Redis
 (INCR/DECR with the highest value recorded), so the count holds across
@@ -166,7 +166,7 @@ def override(request):
     return leases_json(request)
 
 
-@semaphore("web-one", key="tests.views.tenant_key")
+@semaphore("web-one", key="tests.support.views.tenant_key")
 def dotted(request):
     return leases_json(request)
 
@@ -185,7 +185,7 @@ def priority_of(request):
     return 10 if request.GET.get("vip") else 0
 
 
-@semaphore("web-weighted", permits="tests.views.permits_of", priority=priority_of)
+@semaphore("web-weighted", permits="tests.support.views.permits_of", priority=priority_of)
 def weighted(request):
     return leases_json(request)
 

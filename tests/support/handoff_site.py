@@ -1,6 +1,6 @@
 """Views and URLs of the handoff tests: a guarded view hands its lease to a task or keeps it.
 
-Used with ``@pytest.mark.urls("tests.handoff_site")`` by tests/engine/test_handoff.py
+Used with ``@pytest.mark.urls("tests.support.handoff_site")`` by tests/engine/test_handoff.py
 (the test client) and tests/system/test_celery_worker.py (a live server and a
 real Celery worker).
 """
@@ -32,7 +32,7 @@ def plain(request):
 @semaphore("reports")
 def export(request):
     """The background-export flow: the slot goes to a Celery task; 202 Accepted."""
-    from tests.celery_app import export as export_task
+    from tests.support.celery_app import export as export_task
 
     lease = request.semaphore_leases["reports"]
     result = export_task.delay(request.GET.get("report", "r1"), ticket=lease.handoff())

@@ -21,7 +21,7 @@ import redis
 import redis.cluster
 
 from django_semaphore.backend import connection
-from tests.servers import (
+from tests.support.servers import (
     RedisClusterServers,
     RedisSentinelServers,
     RedisServer,

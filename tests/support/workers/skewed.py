@@ -1,6 +1,6 @@
 """A process whose clock is wrong, for tests/system/test_clock_skew.py.
 
-``python -m tests.workers.skewed OFFSET COMMAND_JSON``: ``time.time()`` is
+``python -m tests.support.workers.skewed OFFSET COMMAND_JSON``: ``time.time()`` is
 shifted by OFFSET seconds *before* the engine is imported; then the process
 tries to acquire the semaphore described by the command (``name``,
 ``limit``, ``timeout``, ``algorithm``), runs ``purge_expired()`` and prints

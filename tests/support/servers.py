@@ -1,7 +1,7 @@
 """Throwaway Redis processes on free loopback ports: one server, a Cluster, a Sentinel set.
 
 The repository's rigs, not part of the package (they are not in the wheel):
-the test session (conftest.py, tests/fixtures_redis.py), the benchmarks
+the test session (conftest.py, tests/support/fixtures_redis.py), the benchmarks
 (``python -m benchmarks``) and the demo (``make demo`` with REDIS_URL unset)
 import them from here, with the repository root on sys.path.
 

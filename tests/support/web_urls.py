@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from tests import views
+from tests.support import views
 
 app_name = "web"
 

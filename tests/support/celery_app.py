@@ -1,6 +1,6 @@
 """The Celery app of the worker tests (tests/system/test_celery_worker.py).
 
-The worker runs ``celery -A tests.celery_app worker`` in a subprocess; its
+The worker runs ``celery -A tests.support.celery_app worker`` in a subprocess; its
 broker and result backend are a database of the test session's own
 redis-server (SEMAPHORE_CELERY_BROKER), its queue one of its own
 (SEMAPHORE_CELERY_QUEUE).  The tasks record what they see in Redis, under the
@@ -12,7 +12,7 @@ import time
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.support.settings")
 django.setup()
 
 from celery import Celery, signals  # noqa: E402 - Django first

@@ -12,7 +12,7 @@ from django.core.signals import request_finished
 from django.db import close_old_connections
 
 #: The repository's root (README.rst, docs/, testproject/, the package).
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 #: Limits that every way of setting one must refuse (LIMIT and ADAPTIVE in settings, an

@@ -3,5 +3,5 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("web/", include("tests.web_urls")),
+    path("web/", include("tests.support.web_urls")),
 ]

@@ -8,8 +8,8 @@ port, for the failure tests) and ``WEB_FAIL_OPEN=1`` sets SEMAPHORE_FAIL_OPEN.
 
 import os
 
-from tests.settings import *  # noqa: F403
-from tests.settings import MIDDLEWARE
+from tests.support.settings import *  # noqa: F403
+from tests.support.settings import MIDDLEWARE
 
 TIMEOUT = float(os.environ.get("WEB_TIMEOUT", "5"))
 

@@ -4,14 +4,14 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = os.path.dirname(os.path.abspath(__file__))
+BASE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/: the databases live there
 
 # Never fall back to a server the suite did not start (a Redis on 6379 may be
 # someone's): the root conftest.py starts one and sets REDIS_URL.
 REDIS_URL = os.environ.get("REDIS_URL")
 if not REDIS_URL:
     raise ImproperlyConfigured(
-        "tests.settings needs REDIS_URL: run the suite with pytest from the project root "
+        "tests.support.settings needs REDIS_URL: run the suite with pytest from the project root "
         "(conftest.py starts a throwaway redis-server), or set REDIS_URL to a server of yours."
     )
 
@@ -41,7 +41,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
 
-ROOT_URLCONF = "tests.urls"
+ROOT_URLCONF = "tests.support.urls"
 
 TEMPLATES = [
     {
