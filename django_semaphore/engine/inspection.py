@@ -94,8 +94,7 @@ def holders(keys: PartitionKeys, algorithm: Algorithm) -> Operation[list[Holder]
     """
     reply = yield Script(HOLDERS, keys.main, (algorithm.clock(),))
     result = [_parse_holder(*reply[i : i + 5]) for i in range(1, len(reply), 5)]
-    # The script sorts by token as decimal strings; the seed variants'
-    # tokens are integers too: the exact tokens settle the order here.
+    # The script lists them by expiry; the grant order is the tokens'.
     result.sort(key=lambda holder: holder.token)
     return result
 
