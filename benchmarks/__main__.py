@@ -74,6 +74,11 @@ def options(argv):
         action="store_true",
         help="leave out the adaptive-limit section (benchmarks/adaptive.py, when present)",
     )
+    parser.add_argument(
+        "--skip-fairness",
+        action="store_true",
+        help="leave out the fair-share section (python -m benchmarks.fairness runs it alone)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the raw figures as JSON")
     parser.add_argument(
         "--chart",
@@ -135,6 +140,18 @@ def main(argv=None):
         results["contention"] = contention.measure(duration=0.5 if quick else 1.5)
         say(f"contention: {contention.PROCESSES_GOAL} waiting processes, ours beside the peers, FIFO")
         results["contention_goal"] = contention.measure_goal(server.url, duration=1.0 if quick else 2.5)
+        if not args.skip_fairness:
+            from . import fairness
+
+            say(
+                f"fair share: {fairness.FLOOD:,} waiters of one partition, then {fairness.OTHERS} others "
+                "(ours with TOTAL, stacked semaphores, the pip mutexes); TOTAL's cost per cycle"
+            )
+            try:
+                results["fairness"] = fairness.measure(quick=quick)
+            except Exception as exc:  # report it in the table, keep the run
+                results["fairness_error"] = f"{type(exc).__name__}: {exc}"
+                say(f"fair-share section failed: {results['fairness_error']}")
         if not args.skip_memory:
             partitions = 20_000 if quick else memory.PARTITIONS
             say(f"memory: {partitions:,} abandoned partitions, TIMEOUT {memory.TIMEOUT} s (own server)")

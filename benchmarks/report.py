@@ -119,6 +119,11 @@ def table(r, targets):
         )
     if "options" in r:
         _option_rows(r["options"], add)
+    if "fairness" in r:
+        from .fairness import cost_rows
+
+        for row in cost_rows(r["fairness"]):
+            add(*row)
     if "cpu" in r:
         _cpu_rows(r["cpu"], add)
     if "overrides" in r:
@@ -174,6 +179,13 @@ def table(r, targets):
 
     if "contention_goal" in r:
         _contention_goal_rows(r["contention_goal"], add)
+    if "fairness" in r:
+        from .fairness import scenario_rows
+
+        for row in scenario_rows(r["fairness"]):
+            add(*row)
+    if "fairness_error" in r:
+        add("fair share", f"failed: {r['fairness_error']}", "-")
     if "memory" in r:
         m = r["memory"]
         add(
@@ -234,6 +246,11 @@ def table(r, targets):
     lines += _simple_table(("goal", "measured", "target", "met"), goals(r))
     lines += ["", "Goals (issue 23: engine v2, pay for what you use)", ""]
     lines += _simple_table(("goal", "measured", "target", "met"), engine_goals(r))
+    if "fairness" in r:
+        from .fairness import goals as fairness_goals
+
+        lines += ["", "Goals (issue 25: fair share across partitions)", ""]
+        lines += _simple_table(("goal", "measured", "target", "met"), fairness_goals(r["fairness"]))
     m = r["machine"]
     lines.insert(
         0,

@@ -19,7 +19,13 @@ CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": REDIS_URL,
-        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 5},
+        "OPTIONS": {
+            "SOCKET_CONNECT_TIMEOUT": 1,
+            "SOCKET_TIMEOUT": 5,
+            # redis-py pools 100 connections by default; a waiter blocks on one
+            # (BLPOP), and the fairness section queues 1,009 threads in one process.
+            "CONNECTION_POOL_KWARGS": {"max_connections": 2000},
+        },
     }
 }
 

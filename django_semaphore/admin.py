@@ -13,8 +13,10 @@ force (and whether they come from settings or a runtime override), the
 waiters, the refusals and would-be (dry-run) refusals of the last five
 minutes, hold times, and every key and value of the holders' and waiters'
 meta (the web layer's and the caller's own); with the ``change`` permission
-they also get the runtime control form (limit, mode, clear override) and the
-force-release and purge-expired buttons.  Every change is logged as a
+they also get the runtime control form (limit, mode, clear override; the total
+too for a semaphore with TOTAL) and the force-release and purge-expired buttons.
+A semaphore with TOTAL shows its whole name's use, a bar against the total in
+force, above its partitions (each against its limit).  Every change is logged as a
 :class:`~django.contrib.admin.models.LogEntry`, shown in the admin's recent
 actions and the semaphore's history page.  Ad-hoc semaphores (no SEMAPHORES
 entry) in use are listed too, marked "ad hoc", with the limit and lease their
@@ -36,7 +38,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied, ValidationError
 from django.db import DatabaseError
 from django.http import (
     Http404,
@@ -57,7 +59,6 @@ from django.utils.translation import ngettext
 
 from .backend.keys import UNPARTITIONED
 from .config.validation import MAX_LIMIT, MODES, limit_from_text
-from .engine import discovery
 from .engine.inspection import Holder, Waiter
 from .engine.semaphore import Semaphore as Engine
 from .engine.semaphore import semaphores
@@ -78,8 +79,8 @@ class LimitField(forms.Field):
     def to_python(self, value: Any) -> int | None:
         if value in self.empty_values:
             return None  # "This field is required."
-        try:
-            return limit_from_text(value, what=_("Limit"))
+        try:  # the error names the field: "Limit must be ...", "Total must be ..."
+            return limit_from_text(value, what=str(self.label or _("Limit")))
         except ValueError as exc:
             raise ValidationError(str(exc), code="invalid") from None
 
@@ -88,7 +89,8 @@ class LimitField(forms.Field):
 
 
 class RuntimeControlForm(forms.Form):
-    """The semaphore page's runtime control: the limit and mode every process applies.
+    """The semaphore page's runtime control: the limit and mode every process applies,
+    and the total of a semaphore with TOTAL (``with_total``; the field is left out otherwise).
 
     Shown filled with the values in force; only the fields changed are
     overridden (:meth:`django_semaphore.Semaphore.override`), so changing the
@@ -115,10 +117,27 @@ class RuntimeControlForm(forms.Form):
             "would-be refusals; off: guards pass through without Redis."
         ),
     )
+    total = LimitField(
+        label=_lazy("Total"),
+        help_text=format_lazy(
+            _lazy(
+                "Permits across all partitions together, from 0 to {max}; each partition still "
+                "has its limit. 0 pauses every partition: holders keep their permits."
+            ),
+            max=f"{MAX_LIMIT:,}",
+        ),
+        widget=forms.NumberInput(attrs={"class": "vIntegerField"}),
+    )
+
+    def __init__(self, *args: Any, with_total: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not with_total:
+            del self.fields["total"]
 
     def changes(self, current: Effective) -> dict[str, Any]:
         """The cleaned fields that differ from ``current`` (the keywords for ``override()``)."""
-        wanted = {"limit": self.cleaned_data["limit"], "mode": self.cleaned_data["mode"]}
+        names = [name for name in ("limit", "mode", "total") if name in self.fields]
+        wanted = {name: self.cleaned_data[name] for name in names}
         return {name: value for name, value in wanted.items() if value != getattr(current, name)}
 
 
@@ -300,7 +319,8 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         # No runtime control of an ad-hoc semaphore (sema_set refuses it too): its code sets it.
         controlled = target.entry is None and not view.error and view.mode
         if form is None and controlled and self.has_change_permission(request):
-            form = self.control_form(initial={"limit": view.limit, "mode": view.mode})
+            initial = {"limit": view.limit, "mode": view.mode, "total": view.total}
+            form = self.control_form(initial=initial, with_total=view.total is not None)
         query = "?" + urlencode({"partition": partition}) if partition else ""
         return self._context(
             request,
@@ -362,7 +382,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         name = self._semaphore_name(object_id)
         sem = semaphores[name]
         clear = "clear" in request.POST
-        form = None if clear else self.control_form(request.POST)
+        form = None if clear else self.control_form(request.POST, with_total=has_total(sem))
         try:
             old = sem.effective()
             if form is not None and not form.is_valid():
@@ -376,11 +396,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 assert form is not None
                 changes = form.changes(old)
                 if not changes:
-                    messages.info(
-                        request,
-                        _("Nothing changed: limit %(limit)s and mode %(mode)s are already in force.")
-                        % {"limit": old.limit, "mode": old.mode},
-                    )
+                    messages.info(request, nothing_changed(old))
                     return None, self._back(request, object_id)
                 new = sem.override(**changes, user=request.user)
         except ValueError as exc:  # the engine's own validation: nothing was written
@@ -448,7 +464,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         key_hash = request.POST.get("partition", "")
         try:
             token = int(request.POST.get("token", ""))
-            keys = discovery.partition(name, key_hash, target.entry.digest if target.entry else None)
+            keys = monitor.partition_keys(sem, key_hash, target.entry.digest if target.entry else None)
         except ValueError:
             messages.error(request, _("That form named no holder."))
             return self._back(request, object_id)
@@ -555,6 +571,28 @@ def meta_items(meta: dict[str, Any]) -> list[MetaItem]:
         shown, title = _cut(text, META_VALUE_CHARS)
         items.append(MetaItem(key, key_shown, key_title, shown, title))
     return items
+
+
+def has_total(sem: Engine) -> bool:
+    """Whether ``sem`` has a TOTAL (False when its settings cannot be read)."""
+    try:
+        return sem.config.total is not None
+    except ImproperlyConfigured:
+        return False
+
+
+def nothing_changed(current: Effective) -> str:
+    """The message for a runtime control form that changes nothing."""
+    if current.total is None:
+        return _("Nothing changed: limit %(limit)s and mode %(mode)s are already in force.") % {
+            "limit": current.limit,
+            "mode": current.mode,
+        }
+    return _("Nothing changed: limit %(limit)s, mode %(mode)s and total %(total)s are already in force.") % {
+        "limit": current.limit,
+        "mode": current.mode,
+        "total": current.total,
+    }
 
 
 def waited(waiter: Waiter, now: datetime.datetime) -> int:

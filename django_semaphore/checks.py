@@ -21,15 +21,18 @@
 | E017 | SEMAPHORE_REDIS not a django-redis alias or a {"URL": ...} dict |
 | E018 | MODE not "enforce", "dry_run" or "off" |
 | E019 | SEMAPHORE_ENABLED not a bool |
-| E020 | PERMITS not an int from 1 to LIMIT, a callable or a dotted path to one |
+| E020 | PERMITS not an int from 1 to LIMIT (and at most TOTAL), a callable or a dotted path to one |
 | E021 | PRIORITY not an int, a callable or a dotted path to one |
 | E022 | MAX_WAITERS not None or an int >= 0 |
-| E023 | PERMITS, PRIORITY, MAX_WAITERS, ADAPTIVE or SLOTS with an ALGORITHM other than "lua" |
+| E023 | PERMITS, PRIORITY, MAX_WAITERS, ADAPTIVE, SLOTS or TOTAL with an ALGORITHM other than "lua" |
 | E024 | ADAPTIVE not None or a dict; unknown keys; MIN/MAX not ints; bad INTERVAL, TOLERANCE, MIN_SAMPLES |
 | E025 | ADAPTIVE's MIN above its MAX |
 | E026 | ADAPTIVE's MIN or MAX outside 1..1,000,000 |
 | E027 | (urls) a ``@semaphore`` view names no SEMAPHORES entry, or a key, permits or priority it refuses |
 | E028 | SLOTS not True or False |
+| E029 | TOTAL not None or an int from 1 to 1,000,000 |
+| E030 | TOTAL without KEY (TOTAL shares permits between the partitions KEY makes) |
+| E031 | TOTAL with SLOTS (slot numbers are per partition; a TOTAL name's partitions share keys) |
 | W001 | ALGORITHM "basic" or "fair": over-admits under contention |
 | W002 | (deploy) the django-redis alias has no SOCKET_CONNECT_TIMEOUT / SOCKET_TIMEOUT |
 | W003 | (deploy) Redis cannot be reached |
@@ -154,6 +157,12 @@ def _need_problems(need: Need) -> Iterator[tuple[str, str]]:
             yield (
                 f"{words} is more than the entry's {bound} {highest}: no request could ever be served.",
                 f"Ask for at most {bound} permits, or raise {bound}.",
+            )
+        # TOTAL (None, or >= 1) bounds the permits of any one request too.
+        elif option == "PERMITS" and isinstance(resolved, int) and resolved > (config.total or resolved):
+            yield (
+                f"{words} is more than the entry's TOTAL {config.total}: no request could ever be served.",
+                "Ask for at most TOTAL permits, or raise TOTAL.",
             )
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 #: Why a caller was refused: no slot free (without waiting), its WAIT ran out,
-#: the queue was full (MAX_WAITERS, reserved), or the limit in force is 0.
-REASONS = ("full", "timeout", "queue_full", "paused")
+#: the queue was full (MAX_WAITERS, reserved), the limit in force is 0, or
+#: (TOTAL) its partition had room but the name's TOTAL was reached.
+REASONS = ("full", "timeout", "queue_full", "paused", "total")
 
 
 class RetryAfter(int):
@@ -42,8 +43,9 @@ class SemaphoreFull(SemaphoreError):
     earliest expiry.  ``name`` is the semaphore's name and ``key`` the
     partition value, if any.  ``reason``
     says why: ``"full"`` (refused without waiting), ``"timeout"`` (waited
-    WAIT in vain), ``"queue_full"`` (MAX_WAITERS) or ``"paused"`` (the limit in
-    force is 0).  Without ``reason``, a :class:`RetryAfter` ``retry_after``
+    WAIT in vain), ``"queue_full"`` (MAX_WAITERS), ``"paused"`` (the limit in
+    force is 0) or ``"total"`` (refused without waiting: the partition had room,
+    the name's TOTAL had none).  Without ``reason``, a :class:`RetryAfter` ``retry_after``
     gives its own, else ``"full"``.
     """
 
@@ -56,6 +58,8 @@ class SemaphoreFull(SemaphoreError):
         self.reason: str = reason or str(getattr(retry_after, "reason", "full"))
         if self.reason == "paused":
             message = f"Semaphore {name!r} is paused (limit 0); retry after {self.retry_after}s."
+        elif self.reason == "total":
+            message = f"Semaphore {name!r} has no permit left in its TOTAL; retry after {self.retry_after}s."
         else:
             message = f"Semaphore {name!r} has no free slot; retry after {self.retry_after}s."
         super().__init__(message)

@@ -17,9 +17,10 @@ The first four are sent with ``sender=Semaphore`` and the keyword ``semaphore``
   its sender is :class:`~django_semaphore.SemaphoreBackendError` (not
   Semaphore) and it has no ``semaphore`` keyword; sent with ``send_robust``,
   so a failing receiver never hides the error.
-* ``config_changed``: sender=Semaphore; ``semaphore``, ``limit`` and ``mode``
-  (the effective values after the change) and ``user`` (who made it: None
-  outside the admin) — a runtime override was set or cleared
+* ``config_changed``: sender=Semaphore; ``semaphore``, ``limit``, ``mode`` and
+  ``total`` (the effective values after the change; ``total`` is None unless
+  the semaphore has a TOTAL) and ``user`` (who made it: None outside the
+  admin) — a runtime override was set or cleared
   (:meth:`Semaphore.override <django_semaphore.Semaphore.override>`).
   Sent by the process that made the change only.
 """

@@ -7,6 +7,7 @@ SemaphoreAdmin registered on an AdminSite of one's own.
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -808,3 +809,144 @@ def test_an_action_goes_back_to_the_partition_it_was_taken_on(client, changer, s
     assert response["Location"] == LIST_URL + "quick/?partition=%2F%2Fevil.example%26x%3D1"
     page = client.get(LIST_URL + "quick/?partition=_").content.decode()
     assert "partition=_" in page and "partition=_5F" not in page
+
+
+# -- TOTAL: the whole name's use above its partitions ------------------------------------------
+
+TOTAL_SEMAPHORES = {**SEMAPHORES, "exports": {"LIMIT": 2, "TIMEOUT": 30, "KEY": "user", "TOTAL": 3}}
+
+
+@pytest.fixture
+def exports(settings):
+    """ "exports" (LIMIT 2 per user, TOTAL 3): erin holds 2, frank 1; released at the end."""
+    settings.SEMAPHORES = TOTAL_SEMAPHORES
+    sem = semaphores["exports"]
+    held = [
+        sem.acquire(key="erin", meta={"user": "erin", "method": "POST", "path": "/export/1"}),
+        sem.acquire(key="erin", meta={"user": "erin", "method": "POST", "path": "/export/2"}),
+        sem.acquire(key="frank", meta={"user": "frank", "method": "POST", "path": "/export/3"}),
+    ]
+    assert all(held)
+    yield held
+    for lease in held:
+        lease.release()
+
+
+def _block(html, start, end):
+    """The part of ``html`` from ``start`` to the next ``end``."""
+    at = html.index(start)
+    return html[at : html.index(end, at)]
+
+
+@pytest.mark.usefixtures("backend")
+def test_a_total_name_lists_its_whole_use_above_its_partitions(client, viewer, exports):
+    client.force_login(viewer)
+    html = client.get(LIST_URL).content.decode()
+    group = _block(html, 'data-semaphore="exports"', "</tbody>")
+    total_row = _block(group, 'class="sema-partition sema-total', "</tr>")
+    assert 'data-total="3"' in total_row and 'rowspan="3"' in total_row  # the total's line and 2 partitions
+    assert re.search(r'class="field-limit sema-num">3<', total_row)
+    assert re.search(r'class="field-in_use sema-num">3<', total_row)
+    assert re.search(r'class="field-free sema-num">0<', total_row)
+    assert 'aria-valuemax="3" aria-valuenow="3"' in total_row and 'class="sema-pct">100%' in total_row
+    partitions = re.findall(r'data-partition="([^"]*)"', group)
+    assert partitions == [key_hash("erin"), key_hash("frank")]  # never the whole name's "+"
+    assert "erin" in group and "frank" in group
+    frank = _block(group, f'data-partition="{key_hash("frank")}"', "</tr>")
+    # frank's partition has room under LIMIT 2 but the total has none: 0 free
+    assert re.search(r'class="field-limit sema-num">2<', frank)
+    assert re.search(r'class="field-free sema-num">0<', frank)
+
+    data = client.get(LIST_URL + "status.json").json()
+    listed = {s["name"]: s for s in data["semaphores"]}
+    assert listed["exports"]["total"] == 3
+    assert listed["exports"]["all_partitions"] == {
+        "limit": 3,
+        "in_use": 3,
+        "free": 0,
+        "waiting": 0,
+        "utilisation": 100,
+    }
+    assert [p["partition"] for p in listed["exports"]["partitions"]] == [key_hash("erin"), key_hash("frank")]
+    assert listed["reports"]["total"] is None and listed["reports"]["all_partitions"] is None
+    assert data["totals"]["in_use"] == 3  # counted once, not once more for the whole name
+
+
+@pytest.mark.usefixtures("backend")
+def test_a_total_name_page_has_the_total_bar_then_each_partition_with_its_holders(client, changer, exports):
+    erin1, erin2, frank = exports
+    client.force_login(changer)
+    page = client.get(LIST_URL + "exports/").content.decode()
+    assert "settings: LIMIT 2, TOTAL 3, MODE enforce" in page
+    assert re.search(r'class="sema-effective-total">3<', page)
+    total = _block(page, 'id="sema-total"', "</section>")
+    assert 'aria-valuemax="3" aria-valuenow="3"' in total
+    assert "3 of 3 in use · 0 free · 0 waiting, all partitions together" in total
+    assert page.index('id="sema-total"') < page.index('class="sema-partition-block"')
+    blocks = re.findall(r'<section class="sema-partition-block" data-partition="([^"]*)"', page)
+    assert blocks == [key_hash("erin"), key_hash("frank")]
+    erin = _block(page, f'data-partition="{key_hash("erin")}"', "</section>")
+    assert "2 of 2 in use · 0 free · 0 waiting" in erin
+    assert re.findall(r'data-token="(\d+)"', erin) == [str(erin1.token), str(erin2.token)]
+    frank_block = _block(page, f'data-partition="{key_hash("frank")}"', "</section>")
+    assert "1 of 2 in use · 0 free · 0 waiting" in frank_block and "total reached" in frank_block
+    assert f'name="partition" value="{key_hash("frank")}"' in frank_block
+    for lease in exports:
+        assert lease.identifier not in page
+
+    # One partition's page: that partition, the whole name's bar above it.
+    one = client.get(LIST_URL + f"exports/?partition={key_hash('frank')}").content.decode()
+    assert 'id="sema-total"' in one
+    assert re.findall(r'data-token="(\d+)"', one) == [str(frank.token)]
+    assert client.get(LIST_URL + "exports/?partition=%2B").status_code == 404  # "+": no partition
+    assert client.get(LIST_URL + "reports/?partition=%2B").status_code == 404
+
+    status = client.get(LIST_URL + "exports/status.json").json()
+    assert status["all_partitions"]["in_use"] == 3 and status["total"] == 3
+    assert [h["token"] for h in status["partitions"][0]["holders"]] == [erin1.token, erin2.token]
+    assert 'id="sema-total"' in status["html"]
+
+    # Force release on a partition of the name: the holder named by partition and token.
+    response = client.post(
+        LIST_URL + "exports/release/", {"partition": key_hash("erin"), "token": frank.token}, follow=True
+    )
+    assert "no longer holds a slot" in response.content.decode()  # frank's token is not erin's
+    assert len(semaphores["exports"].holders()) == 3
+    response = client.post(
+        LIST_URL + "exports/release/", {"partition": key_hash("erin"), "token": erin2.token}
+    )
+    assert response.status_code == 302
+    assert [h.token for h in semaphores["exports"].holders(key="erin")] == [erin1.token]
+    assert erin2.refresh() is False
+    assert "partition erin" in LogEntry.objects.get(object_id="exports").get_change_message()
+    response = client.post(
+        LIST_URL + "exports/release/", {"partition": "+", "token": erin1.token}, follow=True
+    )
+    assert "named no holder" in response.content.decode()
+    assert semaphores["exports"].status().in_use == 2
+
+
+@pytest.mark.usefixtures("backend")
+def test_an_idle_total_name_shows_its_total_and_no_partition(client, viewer, settings):
+    settings.SEMAPHORES = TOTAL_SEMAPHORES
+    client.force_login(viewer)
+    html = client.get(LIST_URL).content.decode()
+    group = _block(html, 'data-semaphore="exports"', "</tbody>")
+    assert 'data-total="3"' in group and "data-partition" not in group
+    assert "no live partition" not in group  # the total's line says it: 0 of 3
+    page = client.get(LIST_URL + "exports/").content.decode()
+    assert "0 of 3 in use · 3 free · 0 waiting, all partitions together" in page
+    assert "No live partition." in page
+
+
+@pytest.mark.usefixtures("backend")
+def test_purge_expired_on_a_total_name(client, changer, settings, raw_redis):
+    settings.SEMAPHORES = {"quick": {"LIMIT": 2, "TIMEOUT": 0.2, "KEY": "user", "TOTAL": 3}}
+    quick = semaphores["quick"]
+    assert quick.acquire(key="a") and quick.acquire(key="b") and quick.acquire(key="b")
+    keys = quick.partition("a")
+    wait_until_expired(raw_redis, keys)
+    client.force_login(changer)
+    response = client.post(LIST_URL + "quick/purge/", follow=True)
+    assert "Removed 3 expired entries from “quick”." in response.content.decode()
+    assert raw_redis.zcard(keys.timeouts) == 0

@@ -94,6 +94,16 @@ ENTRY_CASES = [
     ("E028", entry(SLOTS=0)),
     ("E028", entry(SLOTS="yes")),
     ("E028", entry(SLOTS=None)),
+    ("E029", entry(KEY="user", TOTAL=0)),
+    ("E029", entry(KEY="user", TOTAL=-1)),
+    ("E029", entry(KEY="user", TOTAL=1.5)),
+    ("E029", entry(KEY="user", TOTAL=True)),
+    ("E029", entry(KEY="user", TOTAL="8")),
+    ("E029", entry(KEY="user", TOTAL=10**6 + 1)),
+    ("E030", entry(TOTAL=8)),  # without KEY
+    ("E023", entry(ALGORITHM="fair_locked", KEY="user", TOTAL=8)),
+    ("E020", entry(KEY="user", TOTAL=1, PERMITS=2)),  # above TOTAL 1
+    ("E031", entry(KEY="user", TOTAL=8, SLOTS=True)),
 ]
 GLOBAL_CASES = [
     ("E001", {"SEMAPHORES": ["reports"]}),
@@ -217,7 +227,7 @@ def test_a_million_is_the_largest_limit_and_adaptive_max(settings):
         "adaptive": {"LIMIT": 10**6, "ADAPTIVE": {"MIN": 10**6, "MAX": 10**6}},
     }
     assert ours() == []
-    assert semaphores["wide"].effective() == (10**6, "enforce", "settings")
+    assert semaphores["wide"].effective() == (10**6, "enforce", "settings", None)
 
 
 @pytest.mark.parametrize("algorithm", ["basic", "fair"])
@@ -237,7 +247,7 @@ def test_a_limit_outside_the_adaptive_bounds_gets_a_warning_saying_where_it_star
     assert isinstance(message, Warning)
     assert message.id == "django_semaphore.W005"
     assert "starts at 3" in message.msg and "MIN" in message.hint
-    assert semaphores["api"].effective() == (3, "enforce", "adaptive")  # it still works
+    assert semaphores["api"].effective() == (3, "enforce", "adaptive", None)  # it still works
 
 
 def test_an_adaptive_entry_within_its_bounds_is_clean(settings):
@@ -605,3 +615,16 @@ def test_permits_of_an_adaptive_entry_are_checked_against_its_max(settings):
     (too_many,) = [m for m in ours() if "too-many" in m.msg]
     assert "permits=5 is more than the entry's ADAPTIVE's MAX 4" in too_many.msg
     assert too_many.hint == "Ask for at most ADAPTIVE's MAX permits, or raise ADAPTIVE's MAX."
+
+
+def test_permits_of_a_total_entry_are_checked_against_its_total(settings):
+    settings.SEMAPHORES = {
+        "chk": {"LIMIT": 8, "KEY": "ip", "TOTAL": 4},  # permits=5: within LIMIT, above TOTAL
+        "chk-missing": {"LIMIT": 1},
+        "chk-missing-cbv": {"LIMIT": 1},
+        "chk-seed": {"LIMIT": 4},
+    }
+    settings.ROOT_URLCONF = "tests.support.urls_checks"
+    (too_many,) = [m for m in ours() if "too-many" in m.msg]
+    assert "permits=5 is more than the entry's TOTAL 4" in too_many.msg
+    assert too_many.hint == "Ask for at most TOTAL permits, or raise TOTAL."

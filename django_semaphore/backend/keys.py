@@ -14,6 +14,12 @@ Every key of one semaphore partition looks like::
 * the key hash is ``_`` for the unpartitioned semaphore (``key=None``), which no
   digest can equal, so ``key=None`` and ``key=""`` are different partitions.
 
+A semaphore with TOTAL keeps one set of keys for all its partitions, whose
+key hash is ``+`` (:data:`WHOLE_NAME`): one script must see the whole name to
+share TOTAL between the partitions, so they share one slot.  Its
+:class:`PartitionKeys` carry the partition's key hash in :attr:`~PartitionKeys.part`
+(the scripts find a holder's partition in its identifier, ``part/...``).
+
 Two more kinds of keys live under the prefix, outside any partition (no
 braces: each is its own cluster slot, and no partition SCAN pattern matches
 them):
@@ -42,17 +48,18 @@ _SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
 # A partition's key hash: "_" (unpartitioned) or a key digest.  Matched with
 # fullmatch: "$" would also match before a trailing newline ("_\n").
-_KEY_HASH = re.compile(r"_|[0-9a-f]{20}")
+_KEY_HASH = re.compile(r"_|\+|[0-9a-f]{20}")
 
 SLUG_LENGTH = 40
 NAME_DIGEST_SIZE = 8  # bytes -> 16 hex characters
 KEY_DIGEST_SIZE = 10  # bytes -> 20 hex characters
 UNPARTITIONED = "_"
+WHOLE_NAME = "+"  # the key hash of the keys a TOTAL name's partitions share
 CACHED_KEY_LENGTH = 200  # longer partition values are hashed at every call
 
 # Suffixes of the keys of one partition.
 TIMEOUTS = "t"  # ZSET identifier -> expiry ms (server time; client time for the seed variants)
-OWNERS = "o"  # ZSET identifier -> fair counter value (the token)
+OWNERS = "o"  # ZSET identifier -> fair counter value (the token); TOTAL: the ready ZSET
 HOLDS = "h"  # HASH identifier -> "token:acquired_ms:meta json"; field "#" = counter;
 #              "@" + identifier -> its slot numbers, "3,5" ("lua")
 QUEUE = "q"  # ZSET "ticket:permits:identifier" -> -priority (serving order: priority, then ticket)
@@ -102,6 +109,10 @@ class PartitionKeys:
     """The Redis keys of one semaphore partition, all in one hash slot."""
 
     base: str
+    #: TOTAL: the partition's key hash (``_`` or a digest) inside the keys of
+    #: the whole name (:data:`WHOLE_NAME`); "" for a partition with keys of its
+    #: own, and for the whole name.
+    part: str = ""
     # Derived once, not at every call: each acquire and release passes them.
     main: tuple[str, str, str, str, str, str, str] = field(init=False, repr=False, compare=False)
     wake_prefix: str = field(init=False, repr=False, compare=False)
@@ -129,6 +140,37 @@ class PartitionKeys:
         if cls is PartitionKeys and (key is None or (type(key) is str and len(key) <= CACHED_KEY_LENGTH)):
             return _build_cached(prefix, name, key)
         return cls(_base(prefix, name, key))
+
+    @classmethod
+    def for_total(cls, prefix: str, name: str, key: object = None) -> PartitionKeys:
+        """The keys of partition ``key`` of semaphore ``name``, which has TOTAL:
+        the whole name's keys, with the partition's key hash as :attr:`part`."""
+        if key is None or (type(key) is str and len(key) <= CACHED_KEY_LENGTH):
+            return _total_cached(prefix, name, key)
+        return cls(_base(prefix, name, WHOLE_NAME, hashed=True), key_hash(key))
+
+    def within(self, part: str) -> PartitionKeys:
+        """Partition ``part`` (a key hash) of these keys of a whole TOTAL name."""
+        if not isinstance(part, str) or part == WHOLE_NAME or not _KEY_HASH.fullmatch(part):
+            raise ValueError(f"{part!r} is not a partition hash.")
+        return PartitionKeys(self.base, part)
+
+    @property
+    def own(self) -> str:
+        """The start of keys of this partition alone, for records kept beside it
+        (``semaphore_task``'s parked tasks): :attr:`base`, or within a TOTAL
+        name's keys ``base + part + ":"`` (the same hash tag: the same slot)."""
+        return f"{self.base}{self.part}:" if self.part else self.base
+
+    @property
+    def whole(self) -> PartitionKeys:
+        """The keys of the whole TOTAL name (no :attr:`part`)."""
+        return PartitionKeys(self.base) if self.part else self
+
+    @property
+    def shared(self) -> bool:
+        """True for the keys of a TOTAL name (all partitions in one set of keys)."""
+        return self.key_hash_in_tag == WHOLE_NAME
 
     @classmethod
     def for_hash(cls, prefix: str, name: str, key_hash: str, name_digest: str | None = None) -> PartitionKeys:
@@ -200,9 +242,15 @@ class PartitionKeys:
         return self.partition_hash.split(".", 1)[0]
 
     @property
-    def key_digest(self) -> str:
-        """The partition value's digest (:func:`key_hash`): ``_`` for the unpartitioned semaphore."""
+    def key_hash_in_tag(self) -> str:
+        """The key hash inside the hash tag: the partition's, or :data:`WHOLE_NAME`."""
         return self.partition_hash.split(".", 1)[1]
+
+    @property
+    def key_digest(self) -> str:
+        """The partition value's digest (:func:`key_hash`): ``_`` for the unpartitioned semaphore;
+        :data:`WHOLE_NAME` for the keys of a whole TOTAL name."""
+        return self.part or self.key_hash_in_tag
 
     @property
     def slug(self) -> str:
@@ -212,13 +260,19 @@ class PartitionKeys:
         return self.base[: self.base.rindex(":{")].rsplit(":", 1)[1]
 
 
-def _base(prefix: str, name: str, key: object) -> str:
-    return f"{prefix}:{slug(name)}:{{{name_hash(name)}.{key_hash(key)}}}:"
+def _base(prefix: str, name: str, key: object, hashed: bool = False) -> str:
+    digest = key if hashed else key_hash(key)
+    return f"{prefix}:{slug(name)}:{{{name_hash(name)}.{digest}}}:"
 
 
 @functools.lru_cache(maxsize=1024)
 def _build_cached(prefix: str, name: str, key: str | None) -> PartitionKeys:
     return PartitionKeys(_base(prefix, name, key))
+
+
+@functools.lru_cache(maxsize=1024)
+def _total_cached(prefix: str, name: str, key: str | None) -> PartitionKeys:
+    return PartitionKeys(_base(prefix, name, WHOLE_NAME, hashed=True), key_hash(key))
 
 
 def timeouts_pattern(prefix: str, name: str | None = None, name_digest: str | None = None) -> str:

@@ -46,6 +46,7 @@ ENTRY_DEFAULTS: dict[str, Any] = {
     "PRIORITY": 0,
     "ADAPTIVE": None,
     "SLOTS": False,
+    "TOTAL": None,
 }
 ENTRY_OPTIONS = frozenset(ENTRY_DEFAULTS) | {"LIMIT"}
 
@@ -54,12 +55,12 @@ ALGORITHM_NAMES = ("lua", "fair_locked", "fair", "basic")
 #: would-be refusals; "off": guards pass through without touching Redis.
 MODES = ("enforce", "dry_run", "off")
 OVER_ADMITTING = ("fair", "basic")
-#: The algorithms that take PERMITS, PRIORITY, MAX_WAITERS, ADAPTIVE and SLOTS.
+#: The algorithms that take PERMITS, PRIORITY, MAX_WAITERS, ADAPTIVE, SLOTS and TOTAL.
 SCHEDULING = ("lua",)
 NAMED_KEYS: dict[str, KeyFunc] = {"ip": key_functions.by_ip, "user": key_functions.by_user}
 HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 MAX_PREFIX_LENGTH = 64
-#: The largest limit anywhere: LIMIT, ADAPTIVE's MIN and MAX, a runtime override.
+#: The largest limit anywhere: LIMIT, TOTAL, ADAPTIVE's MIN and MAX, a runtime override.
 #: Far above any real concurrency, and far below where Redis's numbers (doubles in
 #: Lua, 64-bit ints in ZSET scores and JSON) would round or overflow.
 MAX_LIMIT = 1_000_000
@@ -130,6 +131,7 @@ class SemaphoreConfig:
     priority: PerRequest = 0  # an int, or a callable (request) -> int
     adaptive: AdaptiveConfig | None = None  # None: the limit is LIMIT (or an override's)
     slots: bool = False  # True: each holder gets slot numbers (lease.slots); False: lease.slots == ()
+    total: int | None = None  # None: no name-wide bound; n: at most n permits across all partitions
 
     @property
     def timeout_ms(self) -> int:
@@ -484,8 +486,11 @@ def _per_request(
     ]
 
 
-def validate_permits(entry: str, value: object, limit: int | None) -> Checked[PerRequest]:
-    """E020: PERMITS, an int in 1..LIMIT, or a callable / dotted path (request) -> int."""
+def validate_permits(
+    entry: str, value: object, limit: int | None, total: int | None = None
+) -> Checked[PerRequest]:
+    """E020: PERMITS, an int in 1..LIMIT (and at most TOTAL, when there is one: more
+    could never be granted), or a callable / dotted path (request) -> int."""
     hint = "Set PERMITS to an int from 1 to LIMIT, or a callable (request) -> int (or a dotted path to one)."
     resolved, problems = _per_request("django_semaphore.E020", entry, "PERMITS", value, hint)
     if resolved is None:
@@ -496,6 +501,15 @@ def validate_permits(entry: str, value: object, limit: int | None) -> Checked[Pe
                 "django_semaphore.E020",
                 f"{entry}['PERMITS'] is {resolved!r}; it must be from 1 to LIMIT ({limit}).",
                 "Set PERMITS to how many of the LIMIT slots one guarded request takes (default 1).",
+            )
+        ]
+    if isinstance(resolved, int) and total is not None and resolved > total:
+        return 1, [
+            Problem(
+                "django_semaphore.E020",
+                f"{entry}['PERMITS'] is {resolved!r}, more than TOTAL ({total}): all partitions "
+                "together hold at most TOTAL permits, so a request for it could never be granted.",
+                "Set PERMITS to at most TOTAL (and LIMIT), or raise TOTAL.",
             )
         ]
     return resolved, []
@@ -643,9 +657,37 @@ def validate_slots(entry: str, value: object) -> Checked[bool]:
     ]
 
 
+def validate_total(entry: str, value: object, keyed: bool, ad_hoc: bool = False) -> Checked[int | None]:
+    """E029: TOTAL, None or an int from 1 to MAX_LIMIT; E030: TOTAL in SEMAPHORES without
+    KEY (``keyed`` False), unless the entry is an ad-hoc Semaphore's (``ad_hoc``: its
+    partitions are the ``key=`` values passed to acquire)."""
+    if value is None:
+        return None, []
+    if not is_limit(value, 1):
+        return None, [
+            Problem(
+                "django_semaphore.E029",
+                f"{entry}['TOTAL'] is {_shown(value)}; it must be None or an int from 1 to {MAX_LIMIT:,}.",
+                "Set TOTAL to how many permits all the partitions of this semaphore may hold together, "
+                f"e.g. 'TOTAL': 8 (an int from 1 to {MAX_LIMIT:,}), or None for no such bound.",
+            )
+        ]
+    if not keyed and not ad_hoc:
+        return None, [
+            Problem(
+                "django_semaphore.E030",
+                f"{entry} sets TOTAL ({value}) without KEY.",
+                "TOTAL shares permits between the partitions that KEY makes (LIMIT per partition, "
+                "TOTAL across all of them): set KEY, e.g. 'KEY': 'user', or remove TOTAL "
+                "(without KEY, LIMIT alone bounds the one semaphore).",
+            )
+        ]
+    return value, []
+
+
 def validate_scheduling(entry: str, algorithm: str, raw: Mapping[object, object]) -> list[Problem]:
-    """E023: PERMITS other than 1, PRIORITY, MAX_WAITERS, ADAPTIVE or SLOTS with an algorithm
-    that has no scheduling."""
+    """E023: PERMITS other than 1, PRIORITY, MAX_WAITERS, ADAPTIVE, SLOTS or TOTAL with an
+    algorithm that has no scheduling."""
     if algorithm in SCHEDULING:
         return []
     used = [
@@ -656,6 +698,7 @@ def validate_scheduling(entry: str, algorithm: str, raw: Mapping[object, object]
             ("MAX_WAITERS", None),
             ("ADAPTIVE", None),
             ("SLOTS", False),
+            ("TOTAL", None),
         )
         if option in raw and raw[option] != default
     ]
@@ -665,20 +708,26 @@ def validate_scheduling(entry: str, algorithm: str, raw: Mapping[object, object]
         Problem(
             "django_semaphore.E023",
             f"{entry} sets {', '.join(used)}, which ALGORITHM {algorithm!r} does not support.",
-            "Permits, priorities, MAX_WAITERS, slot numbers (SLOTS) and the adaptive limit belong to the "
-            "default ALGORITHM 'lua': "
+            "Permits, priorities, MAX_WAITERS, slot numbers (SLOTS), the adaptive limit and the "
+            "name-wide TOTAL belong to the default ALGORITHM 'lua': "
             "use it, or remove these options.",
         )
     ]
 
 
-def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, list[Problem]]:
+def validate_entry(
+    name: object, raw: object, ad_hoc: bool = False
+) -> tuple[SemaphoreConfig | None, list[Problem]]:
     """Validate one SEMAPHORES entry: (its SemaphoreConfig, or None if it has an error; problems).
 
     The problems, warnings included, come in a fixed order: unknown options,
     then LIMIT, TIMEOUT, WAIT, ALGORITHM, KEY, AUTO_REFRESH, PATHS, URL_NAMES,
-    METHODS, MODE, MAX_WAITERS, PERMITS, PRIORITY, ADAPTIVE, SLOTS and the
-    algorithm's support for the last five (the order the system checks list them in).
+    METHODS, MODE, MAX_WAITERS, PERMITS, PRIORITY, ADAPTIVE, SLOTS, TOTAL and the
+    algorithm's support for the last six (the order the system checks list them in).
+
+    ``ad_hoc``: the entry is an ad-hoc :class:`~django_semaphore.Semaphore`'s
+    (``Semaphore(name, limit=2, total=8)``), whose TOTAL needs no KEY: its
+    partitions are the ``key=`` values passed to acquire.
     """
     entry = where(name)
     shape = validate_shape(name, raw)
@@ -697,10 +746,22 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
     methods = _collect(problems, validate_methods(entry, opts["METHODS"]))
     mode = _collect(problems, validate_mode(entry, opts["MODE"]))
     max_waiters = _collect(problems, validate_max_waiters(entry, opts["MAX_WAITERS"]))
-    permits = _collect(problems, validate_permits(entry, opts["PERMITS"], limit))
+    # TOTAL bounds PERMITS, so it is judged first; its problems are listed after SLOTS'.
+    total, total_problems = validate_total(entry, opts["TOTAL"], opts["KEY"] is not None, ad_hoc)
+    permits = _collect(problems, validate_permits(entry, opts["PERMITS"], limit, total))
     priority = _collect(problems, validate_priority(entry, opts["PRIORITY"]))
     adaptive = _collect(problems, validate_adaptive(entry, opts["ADAPTIVE"], limit))
     slots = _collect(problems, validate_slots(entry, opts["SLOTS"]))
+    problems.extend(total_problems)
+    if total is not None and slots is True:
+        problems.append(
+            Problem(
+                "django_semaphore.E031",
+                f"{entry} sets both TOTAL and SLOTS, which do not go together.",
+                "Slot numbers are counted per partition in a partition's own keys, and the "
+                "partitions of a TOTAL name share one set of keys: remove SLOTS (or TOTAL).",
+            )
+        )
     problems.extend(validate_scheduling(entry, algorithm, raw))
     if limit is None or any(not p.warning for p in problems):
         return None, problems
@@ -721,6 +782,7 @@ def validate_entry(name: object, raw: object) -> tuple[SemaphoreConfig | None, l
         priority=priority,
         adaptive=adaptive,
         slots=slots,
+        total=total,
     )
     return config, problems
 

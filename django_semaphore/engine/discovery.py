@@ -23,8 +23,10 @@ from redis.exceptions import RedisError
 
 from ..backend import connection
 from ..backend.keys import PartitionKeys, name_hash, timeouts_pattern
-from ..backend.scripting import Client, backend_error
+from ..backend.scripting import Client, LuaScript, Operation, Script, arun, backend_error, run
 from ..config import settings
+
+TOTAL_PARTS = LuaScript("total_parts")
 
 
 @dataclass
@@ -60,6 +62,27 @@ async def awalk(client: Client, pattern: str) -> AsyncIterator[PartitionKeys]:
                 yield keys
     except (RedisError, OSError) as exc:  # asyncio connections can raise OSError unwrapped
         raise backend_error(client, exc) from exc
+
+
+def within(keys: PartitionKeys) -> Operation[list[PartitionKeys]]:
+    """The partitions inside the keys of a whole TOTAL name (``keys.shared``) that
+    hold permits or have waiters; any other keys, as they are."""
+    if not keys.shared or keys.part:
+        return [keys]
+    parts = yield Script(TOTAL_PARTS, keys.main, ())
+    return [keys.within(part.decode() if isinstance(part, bytes) else part) for part in sorted(parts)]
+
+
+def expand(found: Iterable[PartitionKeys]) -> list[PartitionKeys]:
+    """``found`` with the keys of each whole TOTAL name replaced by its partitions."""
+    client = connection.get_client()
+    return [part for keys in found for part in run(client, within(keys))]
+
+
+async def aexpand(found: Iterable[PartitionKeys]) -> list[PartitionKeys]:
+    """The asyncio twin of :func:`expand`."""
+    client = connection.get_async_client()
+    return [part for keys in found for part in await arun(client, within(keys))]
 
 
 def _pattern(name: str | None = None, name_digest: str | None = None) -> str:

@@ -42,6 +42,7 @@ from ..config import settings
 from ..config.validation import SemaphoreConfig, validate_entry
 from ..exceptions import SemaphoreError
 from .algorithms import ALGORITHMS, Granted
+from .algorithms.total import partition_of
 
 #: The signing salt: a ticket is no other signed value of the site.
 SALT = "django_semaphore.handoff.ticket"
@@ -76,6 +77,8 @@ class Ticket:
     algorithm: str
     #: An ad-hoc semaphore's LIMIT, to rebuild it; None for one configured in SEMAPHORES.
     limit: int | None = None
+    #: An ad-hoc semaphore's TOTAL, to rebuild it (None: none, or configured).
+    total: int | None = None
 
     def remaining(self) -> float:
         """Seconds until the slot expires (as of its last refresh), within [0, TIMEOUT]."""
@@ -104,6 +107,8 @@ def sign(ticket: Ticket) -> str:
     }
     if ticket.limit is not None:
         payload["l"] = ticket.limit
+    if ticket.total is not None:
+        payload["tt"] = ticket.total
     return signing.dumps(payload, salt=SALT, compress=True)
 
 
@@ -148,6 +153,8 @@ def read(text: str) -> Ticket:
         if payload["al"] not in ALGORITHMS:
             raise HandoffError(f"The ticket for semaphore {name!r} names an unknown algorithm.")
         keys = PartitionKeys(base)
+        if keys.shared:  # TOTAL: the partition is in the identifier ("part/...")
+            keys = keys.within(partition_of(identifier))
         if keys.name_digest != name_hash(name) or not base.startswith(
             str(settings.setting("SEMAPHORE_KEY_PREFIX"))
         ):
@@ -158,7 +165,15 @@ def read(text: str) -> Ticket:
         permits = int(payload.get("p", len(slots) or 1))
         granted = Granted(int(payload["t"]), int(payload["a"]), int(payload["e"]), False, slots, permits)
         return Ticket(
-            name, payload["k"], identifier, granted, keys, payload["to"], payload["al"], payload.get("l")
+            name,
+            payload["k"],
+            identifier,
+            granted,
+            keys,
+            payload["to"],
+            payload["al"],
+            payload.get("l"),
+            payload.get("tt"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise HandoffError("The semaphore ticket is of an unknown format.") from exc
@@ -174,9 +189,14 @@ def config_of(ticket: Ticket) -> SemaphoreConfig:
     """
     name = ticket.name
     if ticket.limit is not None:  # ad-hoc: rebuilt from the ticket
-        config, problems = validate_entry(
-            name, {"LIMIT": ticket.limit, "TIMEOUT": ticket.timeout, "ALGORITHM": ticket.algorithm}
-        )
+        entry: dict[str, Any] = {
+            "LIMIT": ticket.limit,
+            "TIMEOUT": ticket.timeout,
+            "ALGORITHM": ticket.algorithm,
+        }
+        if ticket.total is not None:
+            entry["TOTAL"] = ticket.total
+        config, problems = validate_entry(name, entry, ad_hoc=True)
         if config is None or any(not p.warning for p in problems):
             raise HandoffError(f"The ticket for semaphore {name!r} holds an invalid configuration.")
         return config

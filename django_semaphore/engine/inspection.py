@@ -24,6 +24,7 @@ from ..backend.keys import PartitionKeys
 from ..backend.scripting import LuaScript, Operation, Script
 from .algorithms import Algorithm
 from .algorithms.base import as_int, client_ms, parse_slots, retry_after_seconds
+from .algorithms.total import decode_priority
 
 STATUS = LuaScript("status")
 HOLDERS = LuaScript("holders")
@@ -59,7 +60,11 @@ class Waiter(NamedTuple):
 
 
 class PartitionStatus(NamedTuple):
-    """Figures of one partition, read at one instant of server time."""
+    """Figures of one partition, read at one instant of server time.
+
+    With TOTAL, ``total`` is the TOTAL in force and ``total_in_use`` the permits
+    all partitions of the name hold; the figures of the whole name (key hash
+    ``+``) have the TOTAL as their ``limit``."""
 
     key_hash: str
     limit: int
@@ -67,11 +72,17 @@ class PartitionStatus(NamedTuple):
     waiting: int
     retry_after: int  # seconds until the earliest lease ends (0 if none held)
     holders: int = -1  # live holders (-1: not read)
+    total: int | None = None  # TOTAL in force (None: no TOTAL)
+    total_in_use: int = 0  # TOTAL: permits held in the whole name
 
     @property
     def free(self) -> int:
-        """Free permits: the limit minus the permits held, never below 0."""
-        return max(0, self.limit - self.in_use)
+        """Free permits: the limit minus the permits held, never below 0; with
+        TOTAL, no more than the TOTAL's free permits."""
+        free = max(0, self.limit - self.in_use)
+        if self.total is not None:
+            free = min(free, max(0, self.total - self.total_in_use))
+        return free
 
 
 def status(
@@ -87,13 +98,28 @@ def status(
     return PartitionStatus(keys.key_digest, limit, used, waiters, retry, live)
 
 
+def total_status(keys: PartitionKeys, limit: int, total: int, timeout: float) -> Operation[PartitionStatus]:
+    """The :class:`PartitionStatus` of a partition of a TOTAL name (``keys.part``),
+    or of the whole name (no part: its ``limit`` is ``total``)."""
+    reply = yield Script(STATUS, keys.main, ("", keys.part))
+    now_ms, used, waiters, earliest, live = reply[:5]
+    retry = retry_after_seconds(earliest - now_ms, timeout) if earliest >= 0 else 0
+    if not keys.part:
+        return PartitionStatus(keys.key_digest, total, used, waiters, retry, live, total, used)
+    return PartitionStatus(keys.part, limit, reply[5], reply[6], retry, -1, total, used)
+
+
 def holders(keys: PartitionKeys, algorithm: Algorithm) -> Operation[list[Holder]]:
     """The live holders of one partition, in token order (oldest first).
 
-    Live on the clock ``algorithm`` writes expiries with.
+    Live on the clock ``algorithm`` writes expiries with.  Of a TOTAL name: the
+    partition's (``keys.part``), or every partition's.
     """
     reply = yield Script(HOLDERS, keys.main, (algorithm.clock(),))
     result = [_parse_holder(*reply[i : i + 5]) for i in range(1, len(reply), 5)]
+    if keys.part:
+        mine = keys.part + "/"
+        result = [holder for holder in result if holder.identifier.startswith(mine)]
     # The script lists them by expiry; the grant order is the tokens'.
     result.sort(key=lambda holder: holder.token)
     return result
@@ -102,8 +128,24 @@ def holders(keys: PartitionKeys, algorithm: Algorithm) -> Operation[list[Holder]
 def waiters(keys: PartitionKeys) -> Operation[list[Waiter]]:
     """The waiters of one partition in serving order (priority, then arrival), with
     live tickets only ("lua")."""
-    reply = yield Script(WAITERS, keys.main, ())
-    return [_parse_waiter(*reply[i : i + 5]) for i in range(1, len(reply), 5)]
+    if not keys.shared:
+        reply = yield Script(WAITERS, keys.main, ())
+        return [_parse_waiter(*reply[i : i + 5]) for i in range(1, len(reply), 5)]
+    # TOTAL: the queue holds each partition's waiters in their serving order;
+    # those of the whole name are listed round robin between the partitions
+    # (the script's order, by partition, is not the serving order).
+    reply = yield Script(WAITERS, keys.main, (keys.part,))
+    found = [_parse_waiter(*reply[i : i + 5]) for i in range(1, len(reply), 5)]
+    if keys.part:
+        return found
+    rank: dict[str, int] = {}
+    ordered = []
+    for waiter in found:
+        part = waiter.identifier.partition("/")[0]
+        rank[part] = rank.get(part, -1) + 1
+        ordered.append((-waiter.priority, rank[part], waiter.since, waiter))
+    ordered.sort(key=lambda item: item[:3])
+    return [item[3] for item in ordered]
 
 
 def _parse_waiter(identifier: Any, ticket: Any, record: Any, priority: Any, permits: Any) -> Waiter:
@@ -119,9 +161,10 @@ def _parse_waiter(identifier: Any, ticket: Any, record: Any, priority: Any, perm
         since = to_datetime(float(number) / 1000.0)  # ticket numbers are server microseconds
     except ValueError:
         since = to_datetime(0)
+    level = priority.decode() if isinstance(priority, bytes) else str(priority)
     return Waiter(
         identifier.decode() if isinstance(identifier, bytes) else str(identifier),
-        as_int(priority),
+        decode_priority(level[1:]) if level.startswith("p") else int(level),
         as_int(permits),
         since,
         meta if isinstance(meta, dict) else {"raw": meta},

@@ -69,7 +69,7 @@ from ..backend.scripting import Client, Flow, Operation, WaitFor, adrive, arun, 
 from ..exceptions import SemaphoreBackendError
 from ..runtime import control, forks
 from ..runtime.scheduler import Scheduler, scheduler
-from .algorithms import ALGORITHMS
+from .algorithms import algorithm_for
 
 if TYPE_CHECKING:
     from ..config.validation import SemaphoreConfig
@@ -90,7 +90,7 @@ THREAD_NAME = scheduler().thread_name  # the thread the retries run on
 def forget(config: SemaphoreConfig, keys: PartitionKeys, identifier: str) -> Operation[bool]:
     """Undo an acquire whose answer was lost: release a slot it may hold, drop
     its ticket; True if it held a slot."""
-    algorithm = ALGORITHMS[config.algorithm]
+    algorithm = algorithm_for(config)
     limit = control.cached(config).limit  # the limit in force decides whom to wake
     held = yield from algorithm.release(keys, limit, identifier)
     yield from algorithm.abandon(keys, limit, identifier)  # a no-op without a queue
@@ -124,7 +124,7 @@ class Entry:
         """The Redis operation that finishes this work; True if a slot was held."""
         if self.is_release:
             limit = control.cached(self.config).limit
-            return ALGORITHMS[self.config.algorithm].release(self.keys, limit, self.identifier)
+            return algorithm_for(self.config).release(self.keys, limit, self.identifier)
         return forget(self.config, self.keys, self.identifier)
 
 

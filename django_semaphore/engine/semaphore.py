@@ -29,6 +29,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .. import signals
 from ..backend import connection
 from ..backend.keys import PartitionKeys
@@ -39,7 +41,7 @@ from ..exceptions import RetryAfter, SemaphoreBackendError, SemaphoreFull
 from ..runtime import adaptive, adhoc, control, forks, stats
 from ..runtime.control import Effective
 from . import discovery, handoff, inspection, recovery, waiting
-from .algorithms import ALGORITHMS, AcquireRequest, Algorithm, Granted, Outcome
+from .algorithms import ALGORITHMS, AcquireRequest, Algorithm, Granted, Outcome, algorithm_for
 from .algorithms.base import retry_after_seconds
 from .guards import FunctionGuard
 from .inspection import Holder, PartitionStatus, Waiter, to_datetime
@@ -110,6 +112,7 @@ class Semaphore:
         priority: int = 0,
         adaptive: dict[str, Any] | None = None,
         slots: bool = False,
+        total: int | None = None,
     ) -> None:
         self.name = name
         self._config: SemaphoreConfig | None
@@ -129,12 +132,13 @@ class Semaphore:
                 ("PERMITS", permits, 1),
                 ("PRIORITY", priority, 0),
                 ("ADAPTIVE", adaptive, None),
+                ("TOTAL", total, None),
             ):
                 if value != default:
                     entry[option] = value
             if slots is not False:  # 0 == False, but 0 is no bool: validated (E028)
                 entry["SLOTS"] = slots
-            config, problems = validate_entry(name, entry)
+            config, problems = validate_entry(name, entry, ad_hoc=True)
             for problem in problems:
                 if not problem.warning:
                     raise ValueError(f"{problem.msg} HINT: {problem.hint}")
@@ -171,11 +175,29 @@ class Semaphore:
         return self.config.timeout
 
     def _algorithm(self) -> Algorithm:
-        return ALGORITHMS[self.config.algorithm]
+        return algorithm_for(self.config)
 
     def partition(self, key: str | None = None) -> PartitionKeys:
-        """The Redis keys of partition ``key`` (None: the unpartitioned semaphore)."""
-        return PartitionKeys.build(settings.setting("SEMAPHORE_KEY_PREFIX"), self.name, key)
+        """The Redis keys of partition ``key`` (None: the unpartitioned semaphore).
+
+        With TOTAL, every partition is in the keys of the whole name, and the
+        partition's key hash is their :attr:`~PartitionKeys.part`."""
+        try:
+            config = self.config
+        except ImproperlyConfigured:  # a name no longer configured: the keys of a partition
+            return PartitionKeys.build(settings.setting("SEMAPHORE_KEY_PREFIX"), self.name, key)
+        return self._keys(config, key)
+
+    def _keys(self, config: SemaphoreConfig, key: str | None) -> PartitionKeys:
+        prefix = settings.setting("SEMAPHORE_KEY_PREFIX")
+        if config.total is not None:
+            return PartitionKeys.for_total(prefix, self.name, key)
+        return PartitionKeys.build(prefix, self.name, key)
+
+    def _read_keys(self, key: str | None) -> PartitionKeys:
+        """The keys the reading methods read for ``key``: with TOTAL and no key, the whole name."""
+        keys = self.partition(key)
+        return keys.whole if key is None else keys
 
     # -- acquire --------------------------------------------------------------
 
@@ -187,7 +209,7 @@ class Semaphore:
             raise ValueError(f"permits must be an int from 1 to LIMIT, not {permits!r}.")
         if type(priority) is not int or not -MAX_PRIORITY < priority < MAX_PRIORITY:
             raise ValueError(f"priority must be an int (higher is served first), not {priority!r}.")
-        if (permits != 1 or priority != 0) and not ALGORITHMS[config.algorithm].schedules:
+        if (permits != 1 or priority != 0) and not algorithm_for(config).schedules:
             raise ValueError(
                 f"Semaphore {config.name!r} uses ALGORITHM {config.algorithm!r}, which takes one "
                 "permit at a time and no priority: permits and priority belong to 'lua'."
@@ -211,7 +233,7 @@ class Semaphore:
         client: Client,
     ) -> Operation[Outcome]:
         """The acquire ``request`` on partition ``keys``: one attempt, or a wait (``request.wait``)."""
-        algorithm = ALGORITHMS[config.algorithm]
+        algorithm = algorithm_for(config)
         if request.wait > 0:
             queued = None
             if config.adaptive is not None:  # a caller that has to queue is pressure on the limit
@@ -260,7 +282,7 @@ class Semaphore:
                     sender=type(self),
                     semaphore=self,
                     key=key,
-                    retry_after=RetryAfter(1, "full"),
+                    retry_after=RetryAfter(1, "total" if outcome.over_total else "full"),
                     waited=waited,
                     dry_run=True,
                 )
@@ -272,8 +294,12 @@ class Semaphore:
         paused = control.cached(config).limit == 0
         if outcome.queue_full:
             reason = "queue_full"
-        else:
-            reason = "paused" if paused else ("timeout" if request.wait > 0 else "full")
+        elif paused:
+            reason = "paused"
+        elif request.wait > 0:
+            reason = "timeout"
+        else:  # TOTAL: "total" when the partition had room and the name had none
+            reason = "total" if outcome.total else "full"
         return self._refuse(config, key, RetryAfter(outcome.retry_after(config.timeout), reason), waited)
 
     def _acquiring(
@@ -293,11 +319,12 @@ class Semaphore:
         wait = config.wait if wait is None else wait
         if not isinstance(wait, (int, float)) or wait < 0:
             raise ValueError(f"wait must be a number of seconds >= 0, not {wait!r}.")
-        keys = self.partition(key)
-        identifier = new_identifier()
+        keys = self._keys(config, key)
+        # TOTAL: the identifier names the partition, for the scripts.
+        identifier = keys.part + "/" + new_identifier() if keys.part else new_identifier()
         meta_text = meta_json(meta, key)
         # The cache of the overrides: no round trip, but the first read of a prefix.
-        limit, mode, _ = yield Call(control.effective, control.aeffective, (config, client))
+        limit, mode, _, _ = yield Call(control.effective, control.aeffective, (config, client))
         if type(permits) is not int or type(priority) is not int or permits != 1 or priority != 0:
             self._check_scheduling(config, limit, permits, priority)  # one permit, priority 0: valid
         dry_run = mode != "enforce"
@@ -312,7 +339,7 @@ class Semaphore:
                 identifier, meta_text, config.timeout_ms, 0, 0, True, permits, priority, None, config.slots
             )
         else:
-            ticket_ms = waiting.TICKET_MS if wait > 0 and ALGORITHMS[config.algorithm].queues else 0
+            ticket_ms = waiting.TICKET_MS if wait > 0 and algorithm_for(config).queues else 0
             request = AcquireRequest(
                 identifier,
                 meta_text,
@@ -363,7 +390,7 @@ class Semaphore:
 
         ``retry_after`` is a :class:`~django_semaphore.exceptions.RetryAfter`:
         an int of seconds whose ``reason`` says why the caller was refused
-        ("full", "timeout", "queue_full" or "paused").
+        ("full", "timeout", "queue_full", "paused" or "total").
         """
         client = connection.get_client()
         return drive(client, self._acquiring(client, key, wait, meta, permits, priority))
@@ -458,19 +485,24 @@ class Semaphore:
 
         ``keys`` (a PartitionKeys from :meth:`partitions`) may stand for ``key``.
         """
-        op = inspection.holders(keys or self.partition(key), self._algorithm())
+        op = inspection.holders(keys or self._read_keys(key), self._algorithm())
         return run(connection.get_client(), op)
 
     async def aholders(self, key: str | None = None, *, keys: PartitionKeys | None = None) -> list[Holder]:
         """The asyncio twin of :meth:`holders`."""
-        op = inspection.holders(keys or self.partition(key), self._algorithm())
+        op = inspection.holders(keys or self._read_keys(key), self._algorithm())
         return await arun(connection.get_async_client(), op)
 
     def _status_op(
         self, key: str | None, keys: PartitionKeys | None, config: SemaphoreConfig, limit: int
     ) -> Operation[PartitionStatus]:
-        algorithm = ALGORITHMS[config.algorithm]
-        return inspection.status(keys or self.partition(key), algorithm, limit, config.timeout)
+        keys = keys or self._read_keys(key)
+        if keys.shared:  # TOTAL's keys (by the keys: the settings may have changed since)
+            total = control.total_in_force(config)
+            if total is None:  # TOTAL removed from the settings since: its keys still say
+                total = limit if config.total is None else config.total
+            return inspection.total_status(keys, limit, total, config.timeout)
+        return inspection.status(keys, ALGORITHMS[config.algorithm], limit, config.timeout)
 
     def status(self, key: str | None = None, *, keys: PartitionKeys | None = None) -> PartitionStatus:
         """A :class:`~django_semaphore.engine.inspection.PartitionStatus` (limit in force, in use,
@@ -495,13 +527,13 @@ class Semaphore:
         """
         if not self._algorithm().queues:
             return []
-        return run(connection.get_client(), inspection.waiters(keys or self.partition(key)))
+        return run(connection.get_client(), inspection.waiters(keys or self._read_keys(key)))
 
     async def awaiters(self, key: str | None = None, *, keys: PartitionKeys | None = None) -> list[Waiter]:
         """The asyncio twin of :meth:`waiters`."""
         if not self._algorithm().queues:
             return []
-        return await arun(connection.get_async_client(), inspection.waiters(keys or self.partition(key)))
+        return await arun(connection.get_async_client(), inspection.waiters(keys or self._read_keys(key)))
 
     # -- runtime control (django_semaphore.runtime.control) ------------------------------
 
@@ -527,44 +559,54 @@ class Semaphore:
 
     def _changed(self, effective: Effective, user: Any) -> Effective:
         signals.config_changed.send(
-            sender=type(self), semaphore=self, limit=effective.limit, mode=effective.mode, user=user
+            sender=type(self),
+            semaphore=self,
+            limit=effective.limit,
+            mode=effective.mode,
+            total=effective.total,
+            user=user,
         )
         return effective
 
-    def override(self, limit: int | None = None, mode: str | None = None, *, user: Any = None) -> Effective:
-        """Override LIMIT and/or MODE at runtime, for every process (within a second).
+    def override(
+        self, limit: int | None = None, mode: str | None = None, total: int | None = None, *, user: Any = None
+    ) -> Effective:
+        """Override LIMIT, MODE and/or TOTAL at runtime, for every process (within a second).
 
         Only the values given change: ``override(mode="dry_run")`` keeps an
         earlier limit override.  ``limit`` is an int from 0 to 1,000,000
         (:data:`~django_semaphore.config.validation.MAX_LIMIT`; 0 pauses the
         semaphore: new callers are refused with reason "paused"; holders keep
-        their slots); ``mode`` one of "enforce", "dry_run", "off".  Bad values
+        their slots); ``mode`` one of "enforce", "dry_run", "off"; ``total`` an int
+        from 0 to 1,000,000, only for a semaphore with TOTAL.  Bad values
         (a str, float or bool limit included) raise ValueError and nothing is
         written, neither of them; an unknown semaphore raises
         ImproperlyConfigured.  ``user`` (who made the change) is stored with it
         and passed on by the ``config_changed`` signal.  Returns the
         configuration in force after the change.
         """
-        control.validate(limit, mode)
-        effective = control.set_override(self.config, limit, mode, user)
+        config = self.config
+        control.validate(limit, mode, total, config)
+        effective = control.set_override(config, control.Change(limit, mode, total), user)
         return self._changed(effective, user)
 
     async def aoverride(
-        self, limit: int | None = None, mode: str | None = None, *, user: Any = None
+        self, limit: int | None = None, mode: str | None = None, total: int | None = None, *, user: Any = None
     ) -> Effective:
         """The asyncio twin of :meth:`override`."""
-        control.validate(limit, mode)
-        effective = await control.aset_override(self.config, limit, mode, user)
+        config = self.config
+        control.validate(limit, mode, total, config)
+        effective = await control.aset_override(config, control.Change(limit, mode, total), user)
         return self._changed(effective, user)
 
     def clear_override(self, *, user: Any = None) -> Effective:
         """Remove the runtime override: back to the settings' LIMIT and MODE, in every process."""
-        effective = control.set_override(self.config, None, None, user, clear=True)
+        effective = control.set_override(self.config, control.CLEAR, user)
         return self._changed(effective, user)
 
     async def aclear_override(self, *, user: Any = None) -> Effective:
         """The asyncio twin of :meth:`clear_override`."""
-        effective = await control.aset_override(self.config, None, None, user, clear=True)
+        effective = await control.aset_override(self.config, control.CLEAR, user)
         return self._changed(effective, user)
 
     def passes_through(self) -> bool:
@@ -588,7 +630,9 @@ class Semaphore:
 
     def available(self, key: str | None = None) -> int:
         """How many permits of partition ``key`` are free now: the limit in force
-        minus the permits held, never below 0."""
+        minus the permits held, never below 0.  With TOTAL: without a key, the
+        free permits of the TOTAL; with one, the smaller of the partition's and
+        the TOTAL's."""
         return self.status(key).free
 
     async def aavailable(self, key: str | None = None) -> int:
@@ -596,12 +640,15 @@ class Semaphore:
         return (await self.astatus(key)).free
 
     def partitions(self) -> list[PartitionKeys]:
-        """PartitionKeys of every partition with keys in Redis (SCAN, never KEYS)."""
-        return discovery.partitions(self.name)
+        """PartitionKeys of every partition with keys in Redis (SCAN, never KEYS).
+
+        With TOTAL: every partition that holds permits or has waiters (all of
+        them in the keys of the whole name)."""
+        return discovery.expand(discovery.partitions(self.name))
 
     async def apartitions(self) -> list[PartitionKeys]:
         """The asyncio twin of :meth:`partitions`."""
-        return await discovery.apartitions(self.name)
+        return await discovery.aexpand(await discovery.apartitions(self.name))
 
     def purge_expired(self, dry_run: bool = False) -> int:
         """Remove expired entries from every partition; return how many were removed.
@@ -610,13 +657,14 @@ class Semaphore:
         never touched.
         """
         client, algorithm = connection.get_client(), self._algorithm()
-        return sum(run(client, inspection.purge(keys, algorithm, dry_run)) for keys in self.partitions())
+        found = discovery.partitions(self.name)  # TOTAL: the whole name's keys, once
+        return sum(run(client, inspection.purge(keys, algorithm, dry_run)) for keys in found)
 
     async def apurge_expired(self, dry_run: bool = False) -> int:
         """The asyncio twin of :meth:`purge_expired`."""
         client, algorithm = connection.get_async_client(), self._algorithm()
         total = 0
-        for keys in await self.apartitions():
+        for keys in await discovery.apartitions(self.name):
             total += await arun(client, inspection.purge(keys, algorithm, dry_run))
         return total
 
@@ -625,8 +673,10 @@ class Semaphore:
     ) -> Operation[bool]:
         # The "lua" release whatever the algorithm: it removes the holder from
         # every key of the layout the algorithms share, and wakes a waiter.
-        limit = control.cached(self.config).limit
-        return ALGORITHMS["lua"].release(keys or self.partition(key), limit, identifier)
+        config = self.config
+        limit = control.cached(config).limit
+        algorithm = algorithm_for(config) if config.total is not None else ALGORITHMS["lua"]
+        return algorithm.release(keys or self.partition(key), limit, identifier)
 
     def force_release(
         self, identifier: str, key: str | None = None, *, keys: PartitionKeys | None = None
@@ -792,6 +842,7 @@ class Lease:
                 self.config.timeout,
                 self.config.algorithm,
                 self.config.limit if self.semaphore.ad_hoc else None,
+                self.config.total if self.semaphore.ad_hoc else None,
             )
         )
         self._handed_off = True
@@ -821,7 +872,7 @@ class Lease:
 
     @property
     def _algorithm(self) -> Algorithm:
-        return ALGORITHMS[self.config.algorithm]
+        return algorithm_for(self.config)
 
     def _after_refresh(self, expires: float | None) -> bool:
         if expires:

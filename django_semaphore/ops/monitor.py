@@ -13,6 +13,12 @@ Beside the configured semaphores, the overviews list the ad-hoc ones
 (``Semaphore(name, limit=...)``, no SEMAPHORES entry) that have live
 partitions, with the limit and timeout that the processes using them
 recorded (:mod:`~django_semaphore.runtime.adhoc`): ``SemaphoreSummary.ad_hoc``.
+
+A semaphore with TOTAL keeps all its partitions in one set of keys (the whole
+name's, key hash ``+``): a summary lists the partitions inside them that hold
+permits or have waiters (:func:`~django_semaphore.engine.discovery.expand`),
+never the whole name's keys as a partition, and carries the whole name's
+figures against the TOTAL in force apart (``SemaphoreSummary.whole``).
 """
 
 from __future__ import annotations
@@ -26,14 +32,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from ..backend import connection
-from ..backend.keys import UNPARTITIONED, PartitionKeys
+from ..backend.keys import UNPARTITIONED, WHOLE_NAME, PartitionKeys
 from ..backend.scripting import run
 from ..config import key_functions, settings
 from ..config.validation import SemaphoreConfig
 from ..engine import discovery, inspection
 from ..engine.algorithms import ALGORITHMS, Algorithm
 from ..engine.discovery import Found
-from ..engine.inspection import Holder, Waiter
+from ..engine.inspection import Holder, PartitionStatus, Waiter
 from ..engine.semaphore import Semaphore
 from ..runtime import adaptive, adhoc, stats
 from ..runtime.control import Effective
@@ -74,10 +80,21 @@ class PartitionSummary:
     retry_after: int
     holders: list[Holder] = field(default_factory=list)
     waiters: list[Waiter] = field(default_factory=list)
+    #: TOTAL: the whole name's free permits when the partition was read (what a
+    #: new caller of the partition could get is the smaller of the two); None: no TOTAL.
+    total_free: int | None = None
 
     @property
     def free(self) -> int:
-        return max(0, self.limit - self.in_use)
+        """Free permits: the limit minus the permits held (never below 0); with TOTAL,
+        no more than the name's free permits."""
+        free = max(0, self.limit - self.in_use)
+        return free if self.total_free is None else min(free, self.total_free)
+
+    @property
+    def held_back(self) -> bool:
+        """TOTAL: the partition has room under its limit, but the name's total has none left."""
+        return self.total_free == 0 and self.in_use < self.limit
 
     @property
     def unpartitioned(self) -> bool:
@@ -136,17 +153,32 @@ class SemaphoreSummary:
     ad_hoc: bool = False
     # What names it in URLs and commands: the name (an ad-hoc semaphore's digest if its name was cut).
     ident: str = ""
+    total: int | None = None  # TOTAL: the total in force (an override's, else TOTAL); None: no TOTAL
+    settings_total: int | None = None  # TOTAL as settings have it
+    # TOTAL: the whole name's figures, every partition together (``limit`` is the total in force).
+    whole: PartitionSummary | None = None
 
     def __post_init__(self) -> None:
         self.ident = self.ident or self.name
 
     @property
     def in_use(self) -> int:
+        """Permits held: every partition's (with TOTAL, those not listed too)."""
+        if self.whole is not None:
+            return self.whole.in_use
         return sum(p.in_use for p in self.partitions)
 
     @property
     def waiting(self) -> int:
+        if self.whole is not None:
+            return self.whole.waiting
         return sum(p.waiting for p in self.partitions)
+
+    @property
+    def rows(self) -> int:
+        """Lines the semaphore takes in the list page's table: the whole name's (TOTAL),
+        then one per partition listed; at least one."""
+        return max(1, len(self.partitions) + (self.whole is not None))
 
     @property
     def overridden(self) -> bool:
@@ -197,7 +229,13 @@ class SemaphoreSummary:
             "limit": self.limit,
             "mode": self.mode,
             "source": self.source,
-            "settings": {"limit": self.settings_limit, "mode": self.settings_mode},
+            "total": self.total,
+            "settings": {
+                "limit": self.settings_limit,
+                "mode": self.settings_mode,
+                "total": self.settings_total,
+            },
+            "all_partitions": whole_dict(self.whole),
             "timeout": self.timeout,
             "algorithm": self.algorithm,
             "partitioned_by": self.partitioned_by,
@@ -219,6 +257,19 @@ def format_seconds(seconds: float | None) -> str:
     return f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
 
 
+def whole_dict(whole: PartitionSummary | None) -> dict[str, Any] | None:
+    """A TOTAL name's figures, every partition together, for JSON (None without TOTAL)."""
+    if whole is None:
+        return None
+    return {
+        "limit": whole.limit,
+        "in_use": whole.in_use,
+        "free": whole.free,
+        "waiting": whole.waiting,
+        "utilisation": whole.utilisation,
+    }
+
+
 def recent_dict(recent: Recent | None) -> dict[str, Any] | None:
     """The figures of the last five minutes for JSON (None if they were not read)."""
     if recent is None:
@@ -234,8 +285,12 @@ def recent_dict(recent: Recent | None) -> dict[str, Any] | None:
 
 
 def describe_change(old: Effective, new: Effective) -> str:
-    """``"limit 5 -> 2, mode enforce -> dry_run"``: a runtime control change, for logs and output."""
-    return f"limit {old.limit} -> {new.limit}, mode {old.mode} -> {new.mode}"
+    """``"limit 5 -> 2, mode enforce -> dry_run"``: a runtime control change, for logs and output;
+    ``", total 8 -> 4"`` follows for a semaphore with TOTAL."""
+    text = f"limit {old.limit} -> {new.limit}, mode {old.mode} -> {new.mode}"
+    if old.total is not None or new.total is not None:
+        text += f", total {old.total} -> {new.total}"
+    return text
 
 
 @dataclass
@@ -306,29 +361,48 @@ def waiter_dict(waiter: Waiter, now: datetime.datetime | None = None) -> dict[st
     }
 
 
-def _label(key_hash: str, holders: Iterable[Holder]) -> str:
+def _label(key_hash: str, holders: Iterable[Holder], waiters: Iterable[Waiter] = ()) -> str:
+    """A partition's label: the partition value its holders (or waiters) recorded, else its hash."""
     if key_hash == UNPARTITIONED:
         return ""
-    for holder in holders:
-        key = holder.meta.get("key")
+    metas = [holder.meta for holder in holders] + [waiter.meta for waiter in waiters]
+    for meta in metas:
+        key = meta.get("key")
         if key:
             return str(key)
     return key_hash
 
 
-def _partition_summary(sem: Semaphore, keys: PartitionKeys) -> PartitionSummary:
-    status = sem.status(keys=keys)
-    key_hash = keys.key_digest
-    return PartitionSummary(
-        sem.name, key_hash, key_hash, status.limit, status.in_use, status.waiting, status.retry_after
+def _summary(name: str, status: PartitionStatus) -> PartitionSummary:
+    key_hash = status.key_hash
+    summary = PartitionSummary(
+        name, key_hash, key_hash, status.limit, status.in_use, status.waiting, status.retry_after
     )
+    if status.total is not None:
+        summary.total_free = max(0, status.total - status.total_in_use)
+    return summary
 
 
 def _add_holders(sem: Semaphore, summary: PartitionSummary, keys: PartitionKeys) -> None:
     summary.holders = sem.holders(keys=keys)
-    summary.label = _label(summary.key_hash, summary.holders)
     if summary.waiting:
         summary.waiters = sem.waiters(keys=keys)[:MAX_WAITERS_SHOWN]
+    summary.label = _label(summary.key_hash, summary.holders, summary.waiters)
+
+
+def partition_keys(sem: Semaphore, key_hash: str, name_digest: str | None = None) -> PartitionKeys:
+    """The keys of ``sem``'s partition ``key_hash`` (``_`` or a key digest, as the admin's
+    links and forms give it): with TOTAL, the partition inside the whole name's keys.
+
+    ValueError if ``key_hash`` is malformed, and for ``+``: the whole name's keys
+    are no partition.  ``name_digest``: as for :func:`~django_semaphore.engine.discovery.partitions`
+    (an ad-hoc semaphore's whose name was cut).
+    """
+    if key_hash == WHOLE_NAME:
+        raise ValueError(f"{key_hash!r} is not a partition hash.")
+    if sem.config.total is not None:
+        return discovery.partition(sem.name, WHOLE_NAME, name_digest).within(key_hash)
+    return discovery.partition(sem.name, key_hash, name_digest)
 
 
 def read_semaphore(
@@ -362,7 +436,7 @@ def read_semaphore(
         return summary
     sem = Semaphore(name)
     if key_hash is not None:
-        found = [discovery.partition(name, key_hash)]
+        found = [partition_keys(sem, key_hash)]
     elif found is None:
         found = sem.partitions()
     if key_hash is None and config.key is None and not any(k.key_digest == UNPARTITIONED for k in found):
@@ -383,8 +457,16 @@ def ad_hoc_entries() -> dict[str, adhoc.Entry]:
 
 def ad_hoc_semaphore(entry: adhoc.Entry) -> Semaphore:
     """The ad-hoc Semaphore ``entry`` records (ValueError if the record is not valid)."""
+    # TOTAL, once the registry records it (an Entry without ``total``: none).
+    total: int | None = entry.total
     return Semaphore(
-        entry.name, entry.limit, entry.timeout, wait=entry.wait, algorithm=entry.algorithm, mode=entry.mode
+        entry.name,
+        entry.limit,
+        entry.timeout,
+        wait=entry.wait,
+        algorithm=entry.algorithm,
+        mode=entry.mode,
+        total=total,
     )
 
 
@@ -404,7 +486,7 @@ def read_ad_hoc(
         summary.error = str(exc)
         return summary
     if key_hash is not None:
-        found = [discovery.partition(entry.name, key_hash, entry.digest)]
+        found = [partition_keys(sem, key_hash, entry.digest)]
     elif found is None:
         found = discovery.partitions(entry.name, entry.digest)
     return _read(summary, sem, found, max_partitions, with_holders, recent=not entry.truncated)
@@ -421,14 +503,21 @@ def _read(
     config = sem.config
     summary.timeout, summary.algorithm = config.timeout, config.algorithm
     summary.settings_limit, summary.settings_mode = config.limit, config.mode
+    summary.settings_total = config.total
     summary.partitioned_by = describe_key(config)
-    rows = [(_partition_summary(sem, keys), keys) for keys in found]
+    if config.total is not None:
+        # The whole name's figures (limit: the total in force), apart from its partitions'.
+        whole = next((keys.whole for keys in found if keys.shared), None) or sem.partition(None).whole
+        summary.whole = _summary(sem.name, sem.status(keys=whole))
+    # A TOTAL name's keys stand for its partitions: those that hold permits or have waiters.
+    found = discovery.expand(found)
+    rows = [(_summary(sem.name, sem.status(keys=keys)), keys) for keys in found]
     rows.sort(key=lambda row: (not row[0].unpartitioned, -row[0].in_use, -row[0].waiting, row[0].key_hash))
     if len(rows) > max_partitions:
         summary.hidden = len(rows) - max_partitions
         del rows[max_partitions:]
     for partition, keys in rows:
-        if with_holders or partition.in_use:
+        if with_holders or partition.in_use or partition.waiting:
             _add_holders(sem, partition, keys)
         else:
             partition.label = _label(partition.key_hash, [])
@@ -436,6 +525,7 @@ def _read(
     # After the partitions: with Redis down, the first read has already failed.
     effective = sem.effective()
     summary.limit, summary.mode, summary.source = effective.limit, effective.mode, effective.source
+    summary.total = effective.total
     # (The stats keys are named by the whole name: a cut one has none to read.)
     summary.recent = stats.recent(sem) if recent else None
     if config.adaptive is not None:

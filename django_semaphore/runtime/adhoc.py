@@ -6,7 +6,7 @@ makes it.  So that operators see it, every process that uses one records its
 name and configuration in ``<prefix>:adhoc``
 (:func:`~django_semaphore.backend.keys.adhoc_key`), a HASH: name digest -> JSON
 ``{"name", "truncated", "limit", "timeout", "wait", "algorithm", "mode",
-"until"}``.  The monitor (:mod:`~django_semaphore.ops.monitor`) lists the
+"until", "total"}``.  The monitor (:mod:`~django_semaphore.ops.monitor`) lists the
 recorded semaphores that have live partitions beside the configured ones.
 
 Pay for what you use.  A process records a name when it takes a slot of it
@@ -99,6 +99,7 @@ class Entry:
     algorithm: str
     mode: str
     until_ms: int
+    total: int | None = None  # TOTAL (None: none)
 
     @property
     def ident(self) -> str:
@@ -121,6 +122,7 @@ class Entry:
                 str(data.get("algorithm", "lua")),
                 str(data.get("mode", "enforce")),
                 int(data.get("until", 0)),
+                int(data["total"]) if data.get("total") is not None else None,
             )
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
@@ -146,6 +148,7 @@ def _record(config: SemaphoreConfig, now_ms: int) -> str:
             "algorithm": config.algorithm,
             "mode": config.mode,
             "until": now_ms + ttl_ms(config.timeout),
+            "total": config.total,
         },
         separators=(",", ":"),
     )

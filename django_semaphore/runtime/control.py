@@ -1,13 +1,14 @@
-"""Runtime control: overrides of LIMIT and MODE kept in Redis, and the configuration in force.
+"""Runtime control: overrides of LIMIT, MODE and TOTAL kept in Redis, and the configuration in force.
 
 An override (:meth:`Semaphore.override <django_semaphore.Semaphore.override>`)
 is one field of the HASH ``<prefix>:control`` (:func:`~django_semaphore.backend.keys.control_key`):
-semaphore name -> JSON ``{"limit": int|null, "mode": str|null, "at": epoch ms,
-"by": str}``.  It is configuration, not a partition: the key has no TTL.
-A limit is an int from 0 to :data:`~django_semaphore.config.validation.MAX_LIMIT`:
+semaphore name -> JSON ``{"limit": int|null, "mode": str|null, "total": int|null,
+"at": epoch ms, "by": str}``.  It is configuration, not a partition: the key has no TTL.
+A limit or a total is an int from 0 to :data:`~django_semaphore.config.validation.MAX_LIMIT`:
 anything else is refused before it is written (and by the script that
 writes it), and one found out of range in the HASH is read as the nearest
-bound (:func:`stored_limit`), never as "no limit override".
+bound (:func:`stored_limit`), never as "no override".  A total is only taken
+for a semaphore with TOTAL (and only applies to one).
 
 Every process keeps the overrides of each prefix it uses in memory (the
 *cache*), so an acquire reads the limit and mode in force without a Redis
@@ -30,12 +31,13 @@ and the same pipeline first sends each adaptive semaphore's window of samples
 to its controller (one EVALSHA each, on the same key), so that a new adaptive
 limit is read in the tick that made it.
 
-The configuration in force (:class:`Effective`) is the override's limit and
-mode where set, the settings' otherwise; for an adaptive semaphore
+The configuration in force (:class:`Effective`) is the override's limit,
+mode and total where set, the settings' otherwise; for an adaptive semaphore
 (ADAPTIVE), the limit without a limit override is the adaptive one (LIMIT
 clamped into [MIN, MAX] before its first update), ``source == "adaptive"``.
 ``source`` is "override" whenever an override is in force (of the limit, the
-mode or both).  SEMAPHORE_ENABLED = False makes the mode "off" whatever else
+mode, the total or several).  The total is None for a semaphore without TOTAL,
+whatever is stored.  SEMAPHORE_ENABLED = False makes the mode "off" whatever else
 says.
 """
 
@@ -76,7 +78,9 @@ SOURCES = ("settings", "override", "adaptive")
 CONTROL = LuaScript("control")
 
 __all__ = [
+    "CLEAR",
     "MODES",
+    "Change",
     "Effective",
     "Override",
     "aeffective",
@@ -84,18 +88,20 @@ __all__ = [
     "cached",
     "effective",
     "set_override",
+    "total_in_force",
 ]
 
 
 class Effective(NamedTuple):
-    """The limit and mode in force, and where they come from (``source``:
-    ``"settings"``; ``"override"`` while an override of the limit or the mode is
-    in force; ``"adaptive"`` while the adaptive limit (ADAPTIVE) is, without an
-    override)."""
+    """The limit, mode and total in force, and where they come from (``source``:
+    ``"settings"``; ``"override"`` while an override of the limit, the mode or the
+    total is in force; ``"adaptive"`` while the adaptive limit (ADAPTIVE) is, without an
+    override).  ``total`` is None unless the semaphore has a TOTAL."""
 
     limit: int
     mode: str
     source: str
+    total: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,22 @@ class Override:
     mode: str | None = None
     at: int = 0  # epoch ms of the last change
     by: str = ""  # who made it
+    total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What one call changes in an override: the values given (None: kept as they are),
+    or, for :data:`CLEAR`, the whole override removed."""
+
+    limit: int | None = None
+    mode: str | None = None
+    total: int | None = None
+    clear: bool = False
+
+
+#: The change that removes a semaphore's override: back to the settings.
+CLEAR = Change(clear=True)
 
 
 def parse(raw: Any) -> Override | None:
@@ -117,17 +139,18 @@ def parse(raw: Any) -> Override | None:
     if not isinstance(data, dict):
         return None
     limit = stored_limit(data.get("limit"))
+    total = stored_limit(data.get("total"))
     mode = data.get("mode")
     if mode not in MODES:
         mode = None
-    if limit is None and mode is None:
+    if limit is None and mode is None and total is None:
         return None
     at = data.get("at")
-    return Override(limit, mode, at if isinstance(at, int) else 0, str(data.get("by") or ""))
+    return Override(limit, mode, at if isinstance(at, int) else 0, str(data.get("by") or ""), total)
 
 
 def stored_limit(value: object) -> int | None:
-    """The limit of a stored override: None for none (JSON null, or not a number); a
+    """The limit (or total) of a stored override: None for none (JSON null, or not a number); a
     number out of 0..MAX_LIMIT is clamped to the nearest bound (NaN to 0).
 
     Nothing this app writes is out of range, but a value written by hand or by an
@@ -149,29 +172,46 @@ def resolve(
 ) -> Effective:
     """The :class:`Effective` configuration of ``config`` under ``override`` (and, for an
     adaptive semaphore, the adaptive limit stored, None before the first update)."""
-    limit, mode, source = config.limit, config.mode, "settings"
+    limit, mode, total, source = config.limit, config.mode, config.total, "settings"
     if config.adaptive is not None:
         limit = config.adaptive.clamp(config.limit if adaptive_limit is None else adaptive_limit)
         source = "adaptive"
-    if override is not None:
+    # A stored total applies to a semaphore with TOTAL only (the settings may have
+    # dropped TOTAL since): alone, it is no override in force.
+    stored_total = None if override is None or config.total is None else override.total
+    if override is not None and (
+        override.limit is not None or override.mode is not None or stored_total is not None
+    ):
         source = "override"
         if override.limit is not None:
             limit = override.limit
         if override.mode is not None:
             mode = override.mode
+        if stored_total is not None:
+            total = stored_total
     if not settings.enabled():
         mode = "off"
-    return Effective(limit, mode, source)
+    return Effective(limit, mode, source, total)
 
 
-def validate(limit: object, mode: object) -> None:
-    """ValueError unless ``limit`` (None or an int from 0 to MAX_LIMIT) and ``mode``
-    (None or a MODE) are valid and at least one is given: both are checked before
-    anything is written."""
-    if limit is None and mode is None:
-        raise ValueError("Give a limit, a mode or both (clear_override() goes back to the settings).")
+def validate(
+    limit: object, mode: object, total: object = None, config: SemaphoreConfig | None = None
+) -> None:
+    """ValueError unless ``limit`` and ``total`` (None or an int from 0 to MAX_LIMIT)
+    and ``mode`` (None or a MODE) are valid and at least one is given; a total only
+    for a ``config`` with TOTAL.  Everything is checked before anything is written."""
+    if limit is None and mode is None and total is None:
+        raise ValueError("Give a limit, a mode or a total (clear_override() goes back to the settings).")
     if limit is not None:
         checked_limit(limit)
+    if total is not None:
+        if config is None or config.total is None:
+            name = "this semaphore" if config is None else f"semaphore {config.name!r}"
+            raise ValueError(
+                f"{name} has no TOTAL: a total can only be overridden for a semaphore whose "
+                "settings set one (with KEY), or an ad-hoc Semaphore(..., total=n)."
+            )
+        checked_limit(total, what="total")
     if mode is not None and mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, not {mode!r}.")
 
@@ -466,15 +506,9 @@ def _user_label(user: Any) -> str:
     return str(name() if callable(name) else user)
 
 
-def write(
-    config: SemaphoreConfig,
-    limit: int | None,
-    mode: str | None,
-    user: Any,
-    clear: bool,
-    cluster: bool,
-) -> Operation[Effective]:
-    """Set (or ``clear``) the override of ``config``'s semaphore; the configuration in force after.
+def write(config: SemaphoreConfig, change: Change, user: Any, cluster: bool) -> Operation[Effective]:
+    """Apply ``change`` (or :data:`CLEAR`) to the override of ``config``'s semaphore; the
+    configuration in force after.
 
     One script merges the change into the stored override (only the values
     given change).  On a server with connected replicas (Sentinel), the write
@@ -484,15 +518,16 @@ def write(
     prefix = _prefix()
     args = (
         config.name,
-        "clear" if clear else "set",
-        "" if limit is None else limit,
-        "" if mode is None else mode,
+        "clear" if change.clear else "set",
+        "" if change.limit is None else change.limit,
+        "" if change.mode is None else change.mode,
         int(time.time() * 1000),
         _user_label(user)[:200],
         MAX_LIMIT,
+        "" if change.total is None else change.total,
     )
     reply = yield Script(CONTROL, (control_key(prefix),), args)
-    override = None if clear or not reply else parse(reply)
+    override = None if change.clear or not reply else parse(reply)
     if not cluster:
         info = yield Command(("INFO", "replication"))
         if isinstance(info, dict) and int(info.get("connected_slaves", 0) or 0) > 0:
@@ -505,26 +540,29 @@ def write(
     return resolve(config, override, adaptive_limit)
 
 
-def set_override(
-    config: SemaphoreConfig, limit: int | None, mode: str | None, user: Any = None, clear: bool = False
-) -> Effective:
-    """Write an override (or clear it) on the sync client; see :func:`write`."""
+def set_override(config: SemaphoreConfig, change: Change, user: Any = None) -> Effective:
+    """Write an override (``change``; :data:`CLEAR` removes it) on the sync client; see
+    :func:`write`.  The values are not checked here: :func:`validate` them first."""
     client = connection.get_client()
-    return run(client, write(config, limit, mode, user, clear, connection.is_cluster(client)))
+    return run(client, write(config, change, user, connection.is_cluster(client)))
 
 
-async def aset_override(
-    config: SemaphoreConfig, limit: int | None, mode: str | None, user: Any = None, clear: bool = False
-) -> Effective:
+async def aset_override(config: SemaphoreConfig, change: Change, user: Any = None) -> Effective:
     """The asyncio twin of :func:`set_override`."""
     client = connection.get_async_client()
-    return await arun(client, write(config, limit, mode, user, clear, connection.is_cluster(client)))
+    return await arun(client, write(config, change, user, connection.is_cluster(client)))
 
 
 def overrides() -> Operation[dict[str, Override]]:
     """Every override stored under the current prefix, read from Redis now."""
     snapshot = yield from _read(_prefix())
     return snapshot.overrides
+
+
+def total_in_force(config: SemaphoreConfig) -> int | None:
+    """The total in force for ``config`` now, from the cache alone (never a Redis call):
+    an override's, else TOTAL; None for a semaphore without TOTAL."""
+    return cached(config).total
 
 
 def limit_of(config: SemaphoreConfig) -> Callable[[], int]:

@@ -2,7 +2,8 @@
 -- KEYS[1] timeouts ZSET (id -> expiry ms),
 -- KEYS[2] owners ZSET (id -> token): the seed variants' only; the "lua"
 --         engine keeps each holder's token in its record and leaves this key
---         unwritten (one call less per acquire and per release),
+--         unwritten (one call less per acquire and per release). For a name
+--         with TOTAL it is the ready ZSET instead (see below),
 -- KEYS[3] holds HASH: id -> "token:acquired_ms:meta" (the holder's record),
 --         "*" .. id -> the holder's permits, when more than one,
 --         "@" .. id -> the holder's slot numbers "3,5" (SLOTS only),
@@ -25,6 +26,22 @@
 -- KEYS[7] slots bitmap (SLOTS only: bit n set while a holder has slot n;
 --         BITPOS finds free slots in O(LIMIT / 64)),
 -- KEYS[8] (acquire of a waiter, abandon) the caller's own wake-up LIST.
+--
+-- A name with TOTAL keeps one set of these keys for all its partitions (they
+-- share one hash slot), so that one script sees the whole name:
+-- * a holder's or waiter's identifier starts with its partition, "part/...";
+-- * holds HASH "c/" .. part -> the permits the partition's holders hold,
+--   "s/" .. part -> the token of its last grant (while it holds permits);
+-- * queue members are "part|prio|ticket:permits:id", all of score 0, so that
+--   a partition's waiters are one lexical range in serving order (prio: 17
+--   digits, lower for a higher priority);
+-- * waiters HASH "@" .. id -> the slots flag ("1" or "") .. "|" .. prio,
+--   "p/" .. part -> the partition's member of the ready ZSET;
+-- * KEYS[2], the ready ZSET: one member per partition with waiters,
+--   "prio|served|ticket|part" of its first waiter, all of score 0: the lexical
+--   order is the serving order between partitions (priority first, then the
+--   partition served least recently: "served" is the token of its last grant,
+--   17 digits, 0 for none; then its first waiter's arrival).
 -- A script touches no other key: the wake-up lists of other waiters are
 -- pushed afterwards by wake.lua, to which the caller passes the identifiers
 -- (and the TTL) a script returned (Redis Cluster wants every key declared).
@@ -93,14 +110,28 @@ local function drop_records(ids)
   local found = redis.call('HMGET', KEYS[3], unpack(fields))
   local extra = 0
   local exists = nil
+  local parts = nil  -- TOTAL: permits given back per partition
   for i = 1, #ids do
-    extra = extra + permits_of(found[2 * i - 1]) - 1
+    local permits = permits_of(found[2 * i - 1])
+    extra = extra + permits - 1
     if found[2 * i] then
       if exists == nil then exists = redis.call('EXISTS', KEYS[7]) == 1 end
       if exists then free_slots(found[2 * i]) end
     end
+    local part = string.match(ids[i], '^([^/]+)/')
+    if part then
+      parts = parts or {}
+      parts[part] = (parts[part] or 0) + permits
+    end
   end
   if extra > 0 then redis.call('HINCRBY', KEYS[3], '+', -extra) end
+  if parts then
+    for part, permits in pairs(parts) do
+      if redis.call('HINCRBY', KEYS[3], 'c/' .. part, -permits) <= 0 then
+        redis.call('HDEL', KEYS[3], 'c/' .. part, 's/' .. part)
+      end
+    end
+  end
   for _, id in ipairs(ids) do fields[#fields + 1] = id end
   redis.call('HDEL', KEYS[3], unpack(fields))
 end
@@ -211,6 +242,14 @@ local function hold(st, id, permits, expires, lease, meta)
     fields[#fields + 1] = '@' .. id
     fields[#fields + 1] = taken
   end
+  if st.part then
+    -- TOTAL: the partition's permits (st.held: before this grant) and last grant.
+    st.held = st.held + permits
+    fields[#fields + 1] = 'c/' .. st.part
+    fields[#fields + 1] = st.held
+    fields[#fields + 1] = 's/' .. st.part
+    fields[#fields + 1] = token
+  end
   if keep then
     fields[#fields + 1] = 'e'
     fields[#fields + 1] = keep
@@ -251,7 +290,46 @@ end
 -- A queue member's parts: identifier, permits, ticket number.
 local function member_parts(member)
   local number, permits, id = string.match(member, '^(%d+):(%d+):(.*)$')
+  if not number then  -- TOTAL: "part|prio|ticket:permits:id"
+    number, permits, id = string.match(member, '^[^|]*|%d+|(%d+):(%d+):(.*)$')
+  end
   return id, tonumber(permits), number
+end
+
+-- TOTAL: a number as a string of `width` digits (tokens and tickets: 16 digits
+-- until the year 2286), so that such strings sort as the numbers do.
+local function padded(number, width)
+  return string.rep('0', width - #number) .. number
+end
+
+-- TOTAL: the first waiter of partition `part` (nil: none), its queue member.
+local function part_head(part)
+  return redis.call('ZRANGEBYLEX', KEYS[4], '[' .. part .. '|', '(' .. part .. '}', 'LIMIT', 0, 1)[1]
+end
+
+-- TOTAL: put partition `part`'s member of the ready ZSET in line with its
+-- queue: its first waiter's priority and ticket, and when it was served last
+-- (`served`: the token of a grant made now; nil: as its member said, else
+-- its last grant's, else never).
+local function ready_update(part, served)
+  local old = redis.call('HGET', KEYS[6], 'p/' .. part)
+  local head = part_head(part)
+  local new = nil
+  if head then
+    if not served and old then served = string.match(old, '^%d+|(%d+)|') end
+    if not served then served = redis.call('HGET', KEYS[3], 's/' .. part) or '0' end
+    local prio, number = string.match(head, '^[^|]*|(%d+)|(%d+):')
+    new = prio .. '|' .. padded(served, 17) .. '|' .. padded(number, 17) .. '|' .. part
+  end
+  if old == new then return end
+  -- The new member first: the ZSET never goes empty on the way, so it keeps its TTL.
+  if new then
+    redis.call('ZADD', KEYS[2], 0, new)
+    redis.call('HSET', KEYS[6], 'p/' .. part, new)
+  else
+    redis.call('HDEL', KEYS[6], 'p/' .. part)
+  end
+  if old then redis.call('ZREM', KEYS[2], old) end
 end
 
 -- Remove abandoned waiter tickets; return the number of waiters left.
@@ -263,12 +341,21 @@ local function purge_waiters(now)
       redis.call('ZREM', KEYS[4], unpack(gone))
       redis.call('ZREM', KEYS[5], unpack(gone))
       local fields = {}
+      local parts = nil  -- TOTAL: the partitions whose queue changed
       for _, member in ipairs(gone) do
         local id = member_parts(member)
         fields[#fields + 1] = id
         fields[#fields + 1] = '@' .. id
+        local part = string.match(member, '^([^|]*)|')
+        if part then
+          parts = parts or {}
+          parts[part] = true
+        end
       end
       redis.call('HDEL', KEYS[6], unpack(fields))
+      if parts then
+        for part in pairs(parts) do ready_update(part) end
+      end
       waiting = redis.call('ZCARD', KEYS[4])
     end
   end
@@ -312,6 +399,65 @@ local function grant_first(now, clock, free, out)
   end
 end
 
+-- TOTAL's direct grant: while permits are free under `total`, the partition
+-- first in the ready ZSET's order whose first waiter fits under its LIMIT
+-- (`limit`) is served: that waiter is granted if it fits in the free permits,
+-- else it stops the grants (a large request is not starved); a partition
+-- whose LIMIT is full is skipped and blocks nobody. Grants as grant_first's
+-- (a claim lease, appended to `out` for the caller to push), except that of
+-- `me` (an acquiring caller in the queue: {id =, lease =}), which is its own
+-- lease, left in me.granted = {token, expires, slots}.
+local function grant_total(now, clock, limit, total, out, me)
+  local free = total - permits_held()
+  local held = {}  -- partition -> permits held, as read or granted here
+  local st = nil
+  local first = #out + 1
+  while free > 0 do
+    local part, member, id, permits
+    for _, entry in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+      local p = string.match(entry, '|([^|]*)$')
+      local head = part_head(p)
+      if head then
+        local w_id, w_permits = member_parts(head)
+        if not held[p] then held[p] = tonumber(redis.call('HGET', KEYS[3], 'c/' .. p) or '') or 0 end
+        if held[p] + w_permits <= limit then
+          if w_permits > free then return end
+          part, member, id, permits = p, head, w_id, w_permits
+          break
+        end
+      end
+    end
+    if not part then return end
+    local rec = redis.call('HMGET', KEYS[6], id, '@' .. id)
+    local meta = rec[1] and string.match(rec[1], '^%d+:%d+:(.*)$') or '{}'
+    redis.call('ZREM', KEYS[4], member)
+    redis.call('ZREM', KEYS[5], member)
+    redis.call('HDEL', KEYS[6], id, '@' .. id)
+    local mine = me and me.id == id
+    local lease = mine and me.lease or CLAIM_MS
+    local expires = now + lease
+    local token = nil
+    if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 1 then
+      if not st then st = grant_state(now, clock) end
+      st.numbered = string.sub(rec[2] or '', 1, 1) == '1'
+      st.part = part
+      st.held = held[part]
+      local slots
+      token, slots = hold(st, id, permits, expires, lease, meta)
+      held[part] = st.held
+      free = free - permits
+      if mine then
+        me.granted = {token, expires, slots}
+      else
+        if #out < first then out[first] = math.max(10000, redis.call('PTTL', KEYS[5])) end
+        out[#out + 1] = id
+        out[#out + 1] = token .. ':' .. now .. ':' .. expires .. ':' .. slots
+      end
+    end
+    ready_update(part, token)
+  end
+end
+
 -- Permits came free (release, abandon): grant them to the first waiters.
 local function wake(now, clock, limit, out)
   local waiting = purge_waiters(now)
@@ -319,6 +465,13 @@ local function wake(now, clock, limit, out)
   purge_holders(now, 100)
   local free = limit - permits_held()
   if free > 0 then grant_first(now, clock, free, out) end
+end
+
+-- TOTAL: permits came free (release, abandon): grant them (grant_total).
+local function wake_total(now, clock, limit, total, out)
+  if purge_waiters(now) == 0 then return end
+  purge_holders(now, 100)
+  grant_total(now, clock, limit, total, out, nil)
 end
 
 -- Record one hold time (ms) in the holds HASH, which must exist (it does while

@@ -36,7 +36,10 @@ local function orphan(id)
   local expiry = redis.call('ZSCORE', KEYS[1], id)
   if not expiry or (not dry and tonumber(expiry) <= now) then orphans[#orphans + 1] = id end
 end
-for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do orphan(id) end
+-- (A TOTAL name's KEYS[2] is its ready ZSET: members with "|", no holders.)
+for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  if not string.find(id, '|', 1, true) then orphan(id) end
+end
 local fields = redis.call('HGETALL', KEYS[3])
 for i = 1, #fields, 2 do
   if string.find(fields[i + 1], '^%d+:%d+:') then orphan(fields[i]) end

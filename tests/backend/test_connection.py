@@ -207,8 +207,9 @@ def monitoring(server):
     """The list of commands sent to ``server`` in the block, as MONITOR saw them.
 
     Commands run by scripts are left out: the list shows the round trips.  So
-    are the process's background poll (the runtime overrides, the stats flush:
-    :mod:`django_semaphore.control`, on a timer, not part of any operation) and
+    are the process's background jobs (the runtime overrides, the stats flush,
+    the ad-hoc semaphores' record: on the scheduler's timer, not part of any
+    operation) and
     connection handshakes (a connection opened while the poller used the other).
     """
     marker = f"end-{time.monotonic_ns()}"
@@ -226,7 +227,7 @@ def monitoring(server):
             name = text.split(" ", 1)[0].upper()
             if command["client_type"] == "lua" or name in ("HELLO", "CLIENT"):
                 continue
-            if ":control" in text or ":stats:" in text:
+            if ":control" in text or ":stats:" in text or ":adhoc" in text:
                 continue
             sent.append(name)
 

@@ -199,3 +199,111 @@ def test_limit_from_text_reads_plain_digits(text, value):
 def test_limit_from_text_wants_a_str(value):
     with pytest.raises(ValueError):
         limit_from_text(value)
+
+
+# -- TOTAL --------------------------------------------------------------------------------
+
+KEYED = {"LIMIT": 2, "KEY": "user"}
+
+
+def test_total_with_key_is_kept_on_the_config():
+    config, problems = validate_entry("exports", {**KEYED, "TOTAL": 8})
+    assert problems == [] and config.total == 8
+    assert validate_entry("exports", {**KEYED, "TOTAL": MAX_LIMIT})[0].total == MAX_LIMIT
+    assert validate_entry("exports", {**KEYED, "TOTAL": 1})[0].total == 1  # below LIMIT: allowed
+    assert ENTRY_DEFAULTS["TOTAL"] is None
+    assert validate_entry("exports", KEYED)[0].total is None
+    assert validate_entry("exports", {**KEYED, "TOTAL": None})[0].total is None
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, 8.0, True, False, "8", 10**6 + 1, 10**20, [8]], ids=_limit_id)
+def test_total_not_an_int_from_1_to_a_million_is_e029(value):
+    config, problems = validate_entry("exports", {**KEYED, "TOTAL": value})
+    assert config is None
+    assert ids(problems) == ["E029"]
+    assert "SEMAPHORES['exports']['TOTAL']" in problems[0].msg
+    assert "from 1 to 1,000,000" in problems[0].msg and "TOTAL" in problems[0].hint
+    assert len(problems[0].msg) < 200  # a huge number is not echoed whole
+
+
+def test_total_without_key_is_e030_in_settings_but_not_ad_hoc():
+    config, problems = validate_entry("exports", {"LIMIT": 2, "TOTAL": 8})
+    assert config is None
+    assert ids(problems) == ["E030"]
+    assert "SEMAPHORES['exports'] sets TOTAL (8) without KEY" in problems[0].msg
+    assert "partitions that KEY makes" in problems[0].hint
+    # An ad-hoc Semaphore's partitions are the key= values passed to acquire.
+    config, problems = validate_entry("exports", {"LIMIT": 2, "TOTAL": 8}, ad_hoc=True)
+    assert problems == [] and config.total == 8
+    # A bad TOTAL is E029 either way (and not E030 on top).
+    assert ids(validate_entry("exports", {"LIMIT": 2, "TOTAL": 0})[1]) == ["E029"]
+    assert ids(validate_entry("exports", {"LIMIT": 2, "TOTAL": 0}, ad_hoc=True)[1]) == ["E029"]
+
+
+def test_a_bad_key_with_total_is_reported_once():
+    config, problems = validate_entry("exports", {"LIMIT": 2, "KEY": "nope", "TOTAL": 8})
+    assert config is None and ids(problems) == ["E006"]  # not E030: a KEY was meant
+
+
+@pytest.mark.parametrize("algorithm", ["fair_locked", "fair", "basic"])
+def test_total_with_a_seed_variant_is_e023(algorithm):
+    config, problems = validate_entry("exports", {**KEYED, "ALGORITHM": algorithm, "TOTAL": 8})
+    assert config is None
+    assert ids(problems)[-1] == "E023"
+    assert "sets TOTAL, which ALGORITHM" in problems[-1].msg and "TOTAL" in problems[-1].hint
+    config, problems = validate_entry("exports", {**KEYED, "ALGORITHM": algorithm, "TOTAL": None})
+    assert config is not None and "E023" not in ids(problems)
+
+
+def test_permits_above_total_can_never_be_granted():
+    config, problems = validate_entry("exports", {"LIMIT": 4, "KEY": "user", "TOTAL": 2, "PERMITS": 3})
+    assert config is None
+    assert ids(problems) == ["E020"]
+    assert "SEMAPHORES['exports']['PERMITS'] is 3, more than TOTAL (2)" in problems[0].msg
+    assert "could never be granted" in problems[0].msg and "TOTAL" in problems[0].hint
+    config, problems = validate_entry("exports", {"LIMIT": 4, "KEY": "user", "TOTAL": 2, "PERMITS": 2})
+    assert problems == [] and config.permits == 2
+    # A callable is judged per request, and a bad TOTAL bounds nothing.
+    assert validate_entry("exports", {**KEYED, "TOTAL": 1, "PERMITS": lambda request: 2})[1] == []
+    assert ids(validate_entry("exports", {**KEYED, "TOTAL": 0, "PERMITS": 2})[1]) == ["E029"]
+
+
+def test_total_problems_come_after_slots_and_before_the_algorithm_support():
+    config, problems = validate_entry(
+        "bad", {"LIMIT": 2, "KEY": "ip", "ALGORITHM": "fair", "SLOTS": "yes", "TOTAL": 0}
+    )
+    assert config is None
+    assert ids(problems) == ["W001", "E028", "E029", "E023"]
+    assert "SLOTS, TOTAL" in problems[-1].msg
+
+
+def test_an_ad_hoc_semaphore_takes_total_without_key():
+    assert Semaphore("x", limit=2, total=8).config.total == 8
+    assert Semaphore("x", limit=2).config.total is None
+    for bad in (0, -1, 1.5, True, "8", 10**6 + 1):
+        with pytest.raises(ValueError, match="TOTAL"):
+            Semaphore("x", limit=2, total=bad)
+    with pytest.raises(ValueError, match="TOTAL.*does not support"):
+        Semaphore("x", limit=2, total=8, algorithm="fair")
+    with pytest.raises(ValueError, match="more than TOTAL"):
+        Semaphore("x", limit=4, total=2, permits=3)
+
+
+def test_an_entry_with_a_bad_total_stops_the_app(settings):
+    from django_semaphore.apps import refuse_bad_settings
+
+    settings.SEMAPHORES = {
+        "reports": {"LIMIT": 2},
+        "nokey": {"LIMIT": 2, "TOTAL": 8},
+        "zero": {**KEYED, "TOTAL": 0},
+    }
+    with pytest.raises(ImproperlyConfigured) as info:
+        refuse_bad_settings()
+    lines = str(info.value).splitlines()
+    assert "2 errors" in lines[0] and "refuses to start" in lines[0]
+    assert lines[1].startswith("- SEMAPHORES['nokey'] (django_semaphore.E030): ")
+    assert lines[2].startswith("- SEMAPHORES['zero'] (django_semaphore.E029): ")
+    settings.SILENCED_SYSTEM_CHECKS = ["django_semaphore.E029", "django_semaphore.E030"]
+    refuse_bad_settings()  # silenced: it starts (and the entries raise when used)
+    with pytest.raises(ImproperlyConfigured, match="E030"):
+        conf.get_config("nokey")

@@ -6,7 +6,7 @@ import pytest
 from django.urls import include, path
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_semaphore import Semaphore, SemaphoreBackendError, semaphores
+from django_semaphore import Semaphore, SemaphoreBackendError, SemaphoreFull, semaphores
 from django_semaphore.ops import metrics
 from django_semaphore.ops.metrics import track
 
@@ -232,3 +232,53 @@ def test_multiprocess_mode_adds_up_every_process(subprocess_env, tmp_path):
     assert value(samples, "django_semaphore_refusals_total", semaphore="reports") == 1
     assert value(samples, "django_semaphore_holders", semaphore="reports") == 2
     assert value(samples, "django_semaphore_up") == 1
+
+
+@pytest.fixture
+def with_total(settings):
+    settings.SEMAPHORES = {
+        "reports": {"LIMIT": 2, "TIMEOUT": 5},
+        "exports": {"LIMIT": 2, "TIMEOUT": 5, "KEY": "user", "TOTAL": 3},
+    }
+
+
+def test_a_total_name_has_effective_total_and_its_partitions_counted_one_by_one(client, with_total):
+    exports = semaphores["exports"]
+    before = scrape(client)
+    assert value(before, "django_semaphore_effective_total", semaphore="exports") == 3
+    assert ("django_semaphore_effective_total", (("semaphore", "reports"),)) not in before  # no TOTAL
+    assert value(before, "django_semaphore_partitions", semaphore="exports") == 0
+    held = [exports.acquire("alice"), exports.acquire("alice"), exports.acquire("bob")]
+    assert all(held)
+    try:
+        samples = scrape(client)
+        with pytest.raises(SemaphoreFull) as refused, exports.hold(key="carol"):
+            pass
+        assert refused.value.reason == "total"
+        after = scrape(client)
+    finally:
+        for lease in held:
+            lease.release()
+    assert value(samples, "django_semaphore_limit", semaphore="exports") == 2
+    assert value(samples, "django_semaphore_effective_limit", semaphore="exports") == 2
+    assert value(samples, "django_semaphore_holders", semaphore="exports") == 3
+    assert value(samples, "django_semaphore_partition_holders_max", semaphore="exports") == 2  # alice
+    assert value(samples, "django_semaphore_partitions", semaphore="exports") == 2  # alice, bob: not "+"
+    assert value(samples, "django_semaphore_waiting", semaphore="exports") == 0
+    # A refusal for want of the total counts as any other.
+    assert delta(samples, after, "django_semaphore_refusals_total", semaphore="exports") == 1
+    assert (
+        delta(samples, after, "django_semaphore_wait_seconds_count", semaphore="exports", outcome="refused")
+        == 1
+    )
+    assert value(scrape(client), "django_semaphore_holders", semaphore="exports") == 0
+
+
+def test_an_ad_hoc_total_semaphore_is_reported_too(client, configured):
+    sem = Semaphore("ad-hoc-total", limit=1, total=2, timeout=5)
+    with sem.hold(key="a"), sem.hold(key="b"):
+        samples = scrape(client)
+    assert value(samples, "django_semaphore_effective_total", semaphore="ad-hoc-total") == 2
+    assert value(samples, "django_semaphore_holders", semaphore="ad-hoc-total") == 2
+    assert value(samples, "django_semaphore_partition_holders_max", semaphore="ad-hoc-total") == 1
+    assert value(samples, "django_semaphore_partitions", semaphore="ad-hoc-total") == 2

@@ -1,15 +1,18 @@
 """Read-only overviews of the semaphores in Redis (django_semaphore.monitor), as the
 admin and ``sema_status`` show them, and the cleanup they run."""
 
+import threading
+
 import pytest
 
 from django_semaphore import Semaphore, semaphores
-from django_semaphore.backend.keys import key_hash, name_hash
+from django_semaphore.backend.keys import WHOLE_NAME, key_hash, name_hash
 from django_semaphore.config import settings as conf
 from django_semaphore.engine import discovery
 from django_semaphore.ops import monitor
 from django_semaphore.runtime import adhoc, stats
-from tests.support.helpers import wait_until_expired
+from django_semaphore.runtime.control import Effective
+from tests.support.helpers import wait_until, wait_until_expired
 
 SEMAPHORES = {
     "reports": {"LIMIT": 4, "TIMEOUT": 30},
@@ -150,3 +153,157 @@ def test_an_ad_hoc_semaphore_whose_name_was_cut_is_read_by_its_digest():
         lease.release()
     assert view.name == name[: adhoc.MAX_NAME_CHARS] and view.ident == name_hash(name)
     assert [p.in_use for p in view.partitions] == [1] and [p.in_use for p in again.partitions] == [1]
+
+
+# -- TOTAL: a name-wide bound over the partitions ------------------------------------------
+
+EXPORTS = {"LIMIT": 2, "KEY": "user", "TOTAL": 3, "TIMEOUT": 30, "WAIT": 30}
+
+
+@pytest.fixture
+def exports(settings):
+    """ "exports": LIMIT 2 per user, TOTAL 3; alice holds 2, bob 1 (the total is reached),
+    and carol waits for the total; everything released at the end."""
+    settings.SEMAPHORES = {**SEMAPHORES, "exports": EXPORTS}
+    sem = semaphores["exports"]
+    held = [
+        sem.acquire(key="alice", meta={"user": "alice"}),
+        sem.acquire(key="alice", meta={"user": "alice"}),
+        sem.acquire(key="bob", meta={"user": "bob"}),
+    ]
+    assert all(held)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(sem.acquire(key="carol", meta={"job": "q3"})))
+    waiter.start()
+    try:
+        wait_until(lambda: len(sem.waiters("carol")) == 1, message="carol queued")
+        yield sem, held
+    finally:
+        for lease in held:
+            lease.release()
+        waiter.join(30)
+        for lease in got:
+            if lease:
+                lease.release()
+
+
+@pytest.mark.usefixtures("backend")
+def test_a_total_name_shows_its_whole_use_and_its_partitions_never_the_whole_keys(exports):
+    sem, held = exports
+    view = monitor.read_semaphore("exports")
+    assert (view.total, view.settings_total, view.limit, view.error) == (3, 3, 2, "")
+    whole = view.whole
+    assert (whole.limit, whole.in_use, whole.free, whole.waiting, whole.utilisation) == (3, 3, 0, 1, 100)
+    assert (view.in_use, view.waiting, view.rows) == (3, 1, 4)
+    # The partitions inside the whole name's keys, each against LIMIT; never "+".
+    rows = [(p.key_hash, p.label, p.limit, p.in_use, p.free, p.waiting, p.held_back) for p in view.partitions]
+    assert rows == [
+        (key_hash("alice"), "alice", 2, 2, 0, 0, False),
+        (key_hash("bob"), "bob", 2, 1, 0, 0, True),  # room under LIMIT, none under TOTAL
+        (key_hash("carol"), "carol", 2, 0, 0, 1, True),  # labelled by its waiter's partition value
+    ]
+    assert WHOLE_NAME not in [p.key_hash for p in view.partitions]
+    alice = view.partitions[0]
+    assert [h.token for h in alice.holders] == [held[0].token, held[1].token]
+    (carol,) = view.partitions[2].waiters
+    assert carol.meta["job"] == "q3"
+    data = view.as_dict(holders=True)
+    assert data["total"] == 3 and data["settings"] == {"limit": 2, "mode": "enforce", "total": 3}
+    assert data["all_partitions"] == {"limit": 3, "in_use": 3, "free": 0, "waiting": 1, "utilisation": 100}
+    assert [p["partition"] for p in data["partitions"]] == [key_hash(k) for k in ("alice", "bob", "carol")]
+    assert all(lease.identifier not in str(data) for lease in held)
+
+    # One partition's page: the partition inside the whole name's keys, and the whole name above it.
+    (bob,) = monitor.read_semaphore("exports", key_hash("bob")).partitions
+    assert (bob.label, bob.in_use, bob.limit) == ("bob", 1, 2)
+    assert [h.token for h in bob.holders] == [held[2].token]
+    with pytest.raises(ValueError):
+        monitor.read_semaphore("exports", WHOLE_NAME)  # the whole name is no partition
+    with pytest.raises(ValueError):
+        monitor.read_semaphore("reports", WHOLE_NAME)
+
+    # Every semaphore: the total's figures count once, in the cluster-wide totals too.
+    listed = {v.name: v for v in monitor.read_all()}
+    assert listed["exports"].whole.in_use == 3 and len(listed["exports"].partitions) == 3
+    assert listed["reports"].whole is None and listed["reports"].total is None
+    assert monitor.totals(listed.values()).in_use == 3
+    assert monitor.totals(listed.values()).waiting == 1
+
+
+@pytest.mark.usefixtures("backend")
+def test_the_total_in_force_follows_an_override(exports):
+    sem, _ = exports
+    sem.override(total=5)
+    try:
+        wait_until(lambda: sem.effective().total == 5, message="the override applied")
+        wait_until(lambda: sem.status().in_use == 4, message="carol served from the room made")
+        view = monitor.read_semaphore("exports")
+        assert (view.total, view.settings_total, view.source) == (5, 3, "override")
+        assert (view.whole.limit, view.whole.in_use, view.whole.free, view.waiting) == (5, 4, 1, 0)
+        assert sorted((p.label, p.free, p.held_back) for p in view.partitions) == [
+            ("alice", 0, False),
+            ("bob", 1, False),
+            ("carol", 1, False),
+        ]
+    finally:
+        sem.clear_override()
+
+
+@pytest.mark.usefixtures("backend")
+def test_an_idle_total_name_has_its_whole_figures_and_no_partition(settings):
+    settings.SEMAPHORES = {**SEMAPHORES, "exports": EXPORTS}
+    view = monitor.read_semaphore("exports")
+    assert view.partitions == [] and view.rows == 1
+    assert (view.whole.limit, view.whole.in_use, view.whole.free) == (3, 0, 3)
+    lease = semaphores["exports"].acquire(key="dana")
+    lease.release()  # the keys stay in Redis a while, holding nothing
+    view = monitor.read_semaphore("exports")
+    assert [p.key_hash for p in view.partitions] == [] and view.whole.in_use == 0
+
+
+@pytest.mark.usefixtures("backend")
+def test_partitions_of_a_total_name_beyond_the_maximum_still_count_in_its_use(settings):
+    settings.SEMAPHORES = {**SEMAPHORES, "exports": {**EXPORTS, "TOTAL": 10}}
+    sem = semaphores["exports"]
+    held = [sem.acquire(key=f"user{n}") for n in range(4)]
+    try:
+        view = monitor.read_semaphore("exports", max_partitions=2)
+    finally:
+        for lease in held:
+            lease.release()
+    assert (len(view.partitions), view.hidden, view.in_use, view.whole.in_use) == (2, 2, 4, 4)
+
+
+def test_partition_keys_of_a_total_name_are_inside_its_whole_keys(settings):
+    settings.SEMAPHORES = {**SEMAPHORES, "exports": EXPORTS}
+    sem = semaphores["exports"]
+    keys = monitor.partition_keys(sem, key_hash("alice"))
+    assert keys == sem.partition("alice") and keys.shared and keys.part == key_hash("alice")
+    assert monitor.partition_keys(semaphores["per-ip"], key_hash("x")) == semaphores["per-ip"].partition("x")
+    for bad in (WHOLE_NAME, "nope", "_\n"):
+        with pytest.raises(ValueError):
+            monitor.partition_keys(sem, bad)
+    with pytest.raises(ValueError):
+        monitor.partition_keys(semaphores["per-ip"], WHOLE_NAME)
+
+
+def test_describe_change_names_the_total_of_a_total_name():
+    assert monitor.describe_change(Effective(2, "enforce", "settings"), Effective(1, "off", "override")) == (
+        "limit 2 -> 1, mode enforce -> off"
+    )
+    old, new = Effective(2, "enforce", "settings", 8), Effective(2, "enforce", "override", 4)
+    assert monitor.describe_change(old, new) == "limit 2 -> 2, mode enforce -> enforce, total 8 -> 4"
+
+
+@pytest.mark.usefixtures("backend")
+def test_cleanup_of_a_total_name_purges_its_whole_keys_once(settings, backend_redis):
+    settings.SEMAPHORES = {**SEMAPHORES, "quick": {**EXPORTS, "TIMEOUT": 0.2}}
+    quick = semaphores["quick"]
+    assert quick.acquire(key="a") and quick.acquire(key="a") and quick.acquire(key="b")
+    wait_until_expired(backend_redis, quick.partition("a"))
+    (found,) = discovery.find(["quick"])
+    assert [k.key_digest for k in found.partitions] == [WHOLE_NAME]  # one set of keys
+    assert monitor.cleanup(found, dry_run=True) == 3
+    assert monitor.cleanup(found) == 3
+    assert monitor.cleanup(found) == 0
+    assert monitor.read_semaphore("quick").in_use == 0

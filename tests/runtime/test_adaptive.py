@@ -80,7 +80,7 @@ def calibrated(sem, base_ms=10.0):
 
 def test_the_limit_starts_at_limit_clamped_into_the_bounds():
     sem = adaptive_sem(limit=50, MIN=2, MAX=10)
-    assert sem.effective() == (10, "enforce", "adaptive")  # before the first window
+    assert sem.effective() == (10, "enforce", "adaptive", None)  # before the first window
     step = send(sem, 0, 0, 0)
     assert (step.status, step.limit) == ("interval", 10)
     assert adaptive_sem("low", limit=1, MIN=3, MAX=10).effective().limit == 3
@@ -267,12 +267,17 @@ async def test_a_client_that_decodes_replies_still_reads_every_override(backend,
     sem = adaptive_sem("decoded", limit=4)
     await asyncio.to_thread(calibrated, sem)
     plain = Semaphore("plain", limit=2)
-    assert await asyncio.to_thread(plain.override, limit=5) == (5, "enforce", "override")
+    assert await asyncio.to_thread(plain.override, limit=5) == (5, "enforce", "override", None)
     control.cache().tick()
     assert "could not read" not in caplog.text
-    assert (sem.effective(), plain.effective()) == ((4, "enforce", "adaptive"), (5, "enforce", "override"))
-    assert sem.effective(fresh=True) == await sem.aeffective(fresh=True) == (4, "enforce", "adaptive")
-    assert plain.effective(fresh=True) == await plain.aeffective(fresh=True) == (5, "enforce", "override")
+    assert (sem.effective(), plain.effective()) == (
+        (4, "enforce", "adaptive", None),
+        (5, "enforce", "override", None),
+    )
+    assert sem.effective(fresh=True) == await sem.aeffective(fresh=True) == (4, "enforce", "adaptive", None)
+    assert (
+        plain.effective(fresh=True) == await plain.aeffective(fresh=True) == (5, "enforce", "override", None)
+    )
 
 
 # -- precedence -------------------------------------------------------------------------------
@@ -282,14 +287,14 @@ def test_a_limit_override_wins_until_cleared_and_freezes_the_controller():
     sem = adaptive_sem(limit=8)
     calibrated(sem)
     assert update(sem, mean_ms=10, pressure=1).limit == 10
-    assert sem.override(limit=3) == (3, "enforce", "override")
-    assert sem.effective() == (3, "enforce", "override")
+    assert sem.override(limit=3) == (3, "enforce", "override", None)
+    assert sem.effective() == (3, "enforce", "override", None)
     step = send(sem, mean_ms=10, holds=50, pressure=9)
     assert (step.status, step.limit) == ("override", 10)  # did not move
     assert send(sem, mean_ms=100, holds=50).status == "override"
-    assert sem.clear_override() == (10, "enforce", "adaptive")  # resumes from its last value
-    assert sem.effective() == (10, "enforce", "adaptive")
-    assert sem.effective(fresh=True) == (10, "enforce", "adaptive")
+    assert sem.clear_override() == (10, "enforce", "adaptive", None)  # resumes from its last value
+    assert sem.effective() == (10, "enforce", "adaptive", None)
+    assert sem.effective(fresh=True) == (10, "enforce", "adaptive", None)
 
 
 def test_a_mode_override_keeps_the_adaptive_limit():
@@ -297,10 +302,10 @@ def test_a_mode_override_keeps_the_adaptive_limit():
     calibrated(sem)
     update(sem, mean_ms=10, pressure=1)
     # An override is in force (source "override": there is one to clear), the limit is adaptive's.
-    assert sem.override(mode="dry_run") == (10, "dry_run", "override")
+    assert sem.override(mode="dry_run") == (10, "dry_run", "override", None)
     assert update(sem, mean_ms=10, pressure=1).limit == 13  # the controller still runs
-    assert sem.effective(fresh=True) == (13, "dry_run", "override")
-    assert sem.clear_override() == (13, "enforce", "adaptive")
+    assert sem.effective(fresh=True) == (13, "dry_run", "override", None)
+    assert sem.clear_override() == (13, "enforce", "adaptive", None)
 
 
 # -- samples from real leases, through the control poller ---------------------------------------
@@ -308,7 +313,7 @@ def test_a_mode_override_keeps_the_adaptive_limit():
 
 def test_refusals_and_holds_reach_the_controller_through_the_poller():
     sem = adaptive_sem("busy", limit=2, MIN=1, MAX=6, INTERVAL=0.05, MIN_SAMPLES=3)
-    assert sem.effective() == (2, "enforce", "adaptive")
+    assert sem.effective() == (2, "enforce", "adaptive", None)
 
     def demand():
         leases = []
@@ -361,7 +366,7 @@ def test_adaptive_on_every_backend(backend):
     calibrated(sem)
     assert update(sem, mean_ms=10, pressure=1).limit == 6
     control.cache().tick()  # the poller's pipeline on this backend reads it
-    assert sem.effective() == (6, "enforce", "adaptive")
+    assert sem.effective() == (6, "enforce", "adaptive", None)
     # A window of real holds goes out in the poller's pipeline (EVALSHA on the control key).
     lazy = adaptive_sem("lazy", limit=4, INTERVAL=3600)
     lazy.acquire().release()
@@ -386,7 +391,7 @@ def test_a_configured_adaptive_semaphore(settings):
     assert (config.adaptive.min, config.adaptive.max) == (2, 8)
     knobs = (config.adaptive.interval, config.adaptive.tolerance, config.adaptive.min_samples)
     assert knobs == (1.0, 1.25, 10)
-    assert semaphores["api"].effective() == (4, "enforce", "adaptive")
+    assert semaphores["api"].effective() == (4, "enforce", "adaptive", None)
 
 
 @pytest.mark.parametrize(

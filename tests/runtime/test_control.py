@@ -45,18 +45,18 @@ def stored(raw_redis, key_prefix, name):
 def test_override_clear_and_effective(raw_redis, key_prefix, changes):
     sem = semaphores["reports"]
     assert sem.effective() == control.Effective(2, "enforce", "settings")
-    assert sem.override(limit=5) == (5, "enforce", "override")
+    assert sem.override(limit=5) == (5, "enforce", "override", None)
     # Only the given values change: a mode override keeps the limit override.
-    assert sem.override(mode="dry_run", user="alice") == (5, "dry_run", "override")
-    assert sem.effective() == (5, "dry_run", "override")
+    assert sem.override(mode="dry_run", user="alice") == (5, "dry_run", "override", None)
+    assert sem.effective() == (5, "dry_run", "override", None)
     data = stored(raw_redis, key_prefix, "reports")
     assert data["limit"] == 5 and data["mode"] == "dry_run" and data["by"] == "alice"
     assert abs(data["at"] / 1000 - time.time()) < 60
     assert raw_redis.ttl(control_key(key_prefix)) == -1  # configuration: no TTL
-    assert sem.override(limit=1) == (1, "dry_run", "override")
-    assert sem.clear_override() == (2, "enforce", "settings")
+    assert sem.override(limit=1) == (1, "dry_run", "override", None)
+    assert sem.clear_override() == (2, "enforce", "settings", None)
     assert stored(raw_redis, key_prefix, "reports") is None
-    assert sem.effective(fresh=True) == (2, "enforce", "settings")
+    assert sem.effective(fresh=True) == (2, "enforce", "settings", None)
     assert [(c["limit"], c["mode"], c["user"]) for c in changes] == [
         (5, "enforce", None),
         (5, "dry_run", "alice"),
@@ -69,11 +69,11 @@ def test_override_clear_and_effective(raw_redis, key_prefix, changes):
 @pytest.mark.asyncio
 async def test_async_twins(changes):
     sem = Semaphore("actl", limit=3, timeout=5)
-    assert await sem.aeffective() == (3, "enforce", "settings")
-    assert await sem.aoverride(mode="off") == (3, "off", "override")
-    assert await sem.aoverride(limit=0) == (0, "off", "override")
-    assert await sem.aeffective(fresh=True) == (0, "off", "override")
-    assert await sem.aclear_override() == (3, "enforce", "settings")
+    assert await sem.aeffective() == (3, "enforce", "settings", None)
+    assert await sem.aoverride(mode="off") == (3, "off", "override", None)
+    assert await sem.aoverride(limit=0) == (0, "off", "override", None)
+    assert await sem.aeffective(fresh=True) == (0, "off", "override", None)
+    assert await sem.aclear_override() == (3, "enforce", "settings", None)
     assert [c["mode"] for c in changes] == ["off", "off", "enforce"]
 
 
@@ -102,7 +102,7 @@ def test_bad_values_raise_and_write_nothing(kwargs, raw_redis, key_prefix, chang
         sem.override(**kwargs)
     assert raw_redis.exists(control_key(key_prefix)) == 0
     assert changes == []
-    assert sem.effective() == (2, "enforce", "settings")
+    assert sem.effective() == (2, "enforce", "settings", None)
 
 
 def test_a_bad_value_keeps_an_earlier_override(raw_redis, key_prefix):
@@ -133,7 +133,7 @@ def test_a_limit_outside_0_to_a_million_is_refused_and_nothing_is_written(
     with pytest.raises(ValueError, match="from 0 to 1,000,000"):
         sem.override(limit=limit, mode="enforce")
     assert stored(raw_redis, key_prefix, "reports") == before
-    assert sem.effective(fresh=True) == (1, "dry_run", "override")
+    assert sem.effective(fresh=True) == (1, "dry_run", "override", None)
     assert len(changes) == 1
 
 
@@ -144,23 +144,23 @@ async def test_aoverride_refuses_the_same_limits(limit, raw_redis, key_prefix, c
     with pytest.raises(ValueError, match="from 0 to 1,000,000"):
         await sem.aoverride(limit=limit, mode="dry_run")
     assert raw_redis.exists(control_key(key_prefix)) == 0
-    assert await sem.aeffective(fresh=True) == (3, "enforce", "settings")
+    assert await sem.aeffective(fresh=True) == (3, "enforce", "settings", None)
     assert changes == []
 
 
 def test_a_million_is_the_largest_limit(raw_redis, key_prefix):
     sem = semaphores["reports"]
-    assert sem.override(limit=10**6) == (10**6, "enforce", "override")
+    assert sem.override(limit=10**6) == (10**6, "enforce", "override", None)
     assert stored(raw_redis, key_prefix, "reports")["limit"] == 10**6
-    assert sem.effective(fresh=True) == (10**6, "enforce", "override")
-    assert sem.override(limit=0) == (0, "enforce", "override")
+    assert sem.effective(fresh=True) == (10**6, "enforce", "override", None)
+    assert sem.override(limit=0) == (0, "enforce", "override", None)
 
 
 @pytest.mark.asyncio
 async def test_aoverride_takes_a_million():
     sem = Semaphore("amillion", limit=3, timeout=5)
-    assert await sem.aoverride(limit=10**6) == (10**6, "enforce", "override")
-    assert await sem.aeffective(fresh=True) == (10**6, "enforce", "override")
+    assert await sem.aoverride(limit=10**6) == (10**6, "enforce", "override", None)
+    assert await sem.aeffective(fresh=True) == (10**6, "enforce", "override", None)
 
 
 @pytest.mark.parametrize(
@@ -180,10 +180,10 @@ def test_a_stored_limit_out_of_range_is_clamped_never_dropped(raw, read, raw_red
     value = f'{{"limit":{raw},"mode":"dry_run","at":0,"by":"someone"}}'
     raw_redis.hset(control_key(key_prefix), "reports", value)
     sem = semaphores["reports"]
-    assert sem.effective(fresh=True) == (read, "dry_run", "override")
-    assert sem.override(mode="enforce") == (read, "enforce", "override")
+    assert sem.effective(fresh=True) == (read, "dry_run", "override", None)
+    assert sem.override(mode="enforce") == (read, "enforce", "override", None)
     assert stored(raw_redis, key_prefix, "reports")["limit"] == read
-    assert sem.effective(fresh=True) == (read, "enforce", "override")
+    assert sem.effective(fresh=True) == (read, "enforce", "override", None)
 
 
 @pytest.mark.parametrize("limit", [10**6 + 1, 10**20, -1])
@@ -195,7 +195,7 @@ def test_the_script_itself_refuses_a_limit_out_of_range(limit, raw_redis, key_pr
     before = stored(raw_redis, key_prefix, "reports")
     client = connection.get_client()
     with pytest.raises(SemaphoreBackendError, match="limit"):
-        run(client, control.write(sem.config, limit, "enforce", None, False, False))
+        run(client, control.write(sem.config, control.Change(limit, "enforce"), None, False))
     assert stored(raw_redis, key_prefix, "reports") == before
 
 
@@ -212,10 +212,10 @@ def test_an_override_outlives_a_redis_restart_only_with_persistence(persistence,
         settings.SEMAPHORE_REDIS = {"URL": server.url, "OPTIONS": {"socket_timeout": 2.0}}
         try:
             sem = semaphores["reports"]
-            assert sem.override(limit=0) == (0, "enforce", "override")
+            assert sem.override(limit=0) == (0, "enforce", "override", None)
             server.restart()
             connection.reset()
-            after = (0, "enforce", "override") if persistence else (2, "enforce", "settings")
+            after = (0, "enforce", "override", None) if persistence else (2, "enforce", "settings", None)
             assert sem.effective(fresh=True) == after
         finally:
             connection.reset()
@@ -232,8 +232,196 @@ def test_unknown_semaphore_is_improperly_configured(raw_redis, key_prefix):
 def test_a_malformed_stored_value_is_ignored(raw_redis, key_prefix):
     raw_redis.hset(control_key(key_prefix), "reports", "{not json")
     sem = semaphores["reports"]
-    assert sem.effective(fresh=True) == (2, "enforce", "settings")
-    assert sem.override(mode="dry_run") == (2, "dry_run", "override")  # written over
+    assert sem.effective(fresh=True) == (2, "enforce", "settings", None)
+    assert sem.override(mode="dry_run") == (2, "dry_run", "override", None)  # written over
+
+
+# -- TOTAL --------------------------------------------------------------------------------
+
+#: A configured semaphore with TOTAL (it needs KEY in settings) and one without.
+TOTAL_SEMAPHORES = {
+    "reports": {"LIMIT": 2, "TIMEOUT": 5},
+    "exports": {"LIMIT": 2, "TIMEOUT": 5, "KEY": "user", "TOTAL": 8},
+}
+
+
+@pytest.fixture
+def with_total(settings):
+    settings.SEMAPHORES = TOTAL_SEMAPHORES
+    return semaphores["exports"]
+
+
+def test_effective_total_is_none_without_total():
+    sem = semaphores["reports"]
+    assert sem.config.total is None
+    assert sem.effective().total is None
+    assert sem.override(limit=1).total is None
+    assert sem.effective(fresh=True) == (1, "enforce", "override", None)
+    assert control.total_in_force(sem.config) is None
+    assert Semaphore("nototal", limit=2).effective().total is None
+
+
+def test_override_total_round_trips_through_redis_and_the_cache(with_total, raw_redis, key_prefix, changes):
+    sem = with_total
+    assert sem.effective() == (2, "enforce", "settings", 8)
+    assert sem.override(total=5) == (2, "enforce", "override", 5)
+    data = stored(raw_redis, key_prefix, "exports")
+    assert (data["limit"], data["mode"], data["total"]) == (None, None, 5)
+    assert control.total_in_force(sem.config) == 5
+    assert sem.effective(fresh=True) == (2, "enforce", "override", 5)
+    control.cache().clear()  # as a brand-new worker: read back from Redis
+    assert sem.effective() == (2, "enforce", "override", 5)
+    assert control.total_in_force(sem.config) == 5
+    # Only the values given change, both ways.
+    assert sem.override(limit=1) == (1, "enforce", "override", 5)
+    assert sem.override(total=3, user="alice") == (1, "enforce", "override", 3)
+    assert sem.override(mode="dry_run") == (1, "dry_run", "override", 3)
+    data = stored(raw_redis, key_prefix, "exports")
+    assert (data["limit"], data["mode"], data["total"], data["by"]) == (1, "dry_run", 3, "")
+    assert sem.effective(fresh=True) == (1, "dry_run", "override", 3)
+    # clear_override: TOTAL from settings again.
+    assert sem.clear_override() == (2, "enforce", "settings", 8)
+    assert stored(raw_redis, key_prefix, "exports") is None
+    assert control.total_in_force(sem.config) == 8
+    assert sem.effective(fresh=True) == (2, "enforce", "settings", 8)
+    assert [(c["limit"], c["mode"], c["total"], c["user"]) for c in changes] == [
+        (2, "enforce", 5, None),
+        (1, "enforce", 5, None),
+        (1, "enforce", 3, "alice"),
+        (1, "dry_run", 3, None),
+        (2, "enforce", 8, None),
+    ]
+
+
+def test_zero_and_a_million_are_totals(with_total, raw_redis, key_prefix):
+    sem = with_total
+    assert sem.override(total=0).total == 0
+    assert sem.override(total=10**6).total == 10**6
+    assert stored(raw_redis, key_prefix, "exports")["total"] == 10**6
+    assert sem.effective(fresh=True).total == 10**6
+
+
+@pytest.mark.asyncio
+async def test_async_twins_take_a_total(changes):
+    sem = Semaphore("atotal", limit=2, timeout=5, total=6)  # ad hoc: no KEY needed
+    assert await sem.aeffective() == (2, "enforce", "settings", 6)
+    assert await sem.aoverride(total=4) == (2, "enforce", "override", 4)
+    assert await sem.aoverride(limit=1) == (1, "enforce", "override", 4)
+    assert await sem.aeffective(fresh=True) == (1, "enforce", "override", 4)
+    assert await sem.aclear_override() == (2, "enforce", "settings", 6)
+    assert [c["total"] for c in changes] == [4, 4, 6]
+
+
+def test_an_override_of_only_the_total_is_an_override(with_total, raw_redis, key_prefix):
+    assert control.parse('{"total": 5}') == control.Override(total=5)
+    assert control.parse('{"limit": null, "mode": null, "total": null}') is None
+    raw_redis.hset(control_key(key_prefix), "exports", '{"limit":null,"mode":null,"total":4,"at":0,"by":"x"}')
+    assert with_total.effective(fresh=True) == (2, "enforce", "override", 4)
+
+
+def test_a_stored_total_applies_only_to_a_semaphore_with_total(raw_redis, key_prefix):
+    """A total left in Redis for a semaphore whose settings dropped TOTAL: no total, and
+    alone no override in force; with a limit beside it, the limit applies."""
+    sem = semaphores["reports"]
+    raw_redis.hset(control_key(key_prefix), "reports", '{"limit":null,"mode":null,"total":4,"at":0,"by":""}')
+    assert sem.effective(fresh=True) == (2, "enforce", "settings", None)
+    raw_redis.hset(control_key(key_prefix), "reports", '{"limit":1,"mode":null,"total":4,"at":0,"by":""}')
+    assert sem.effective(fresh=True) == (1, "enforce", "override", None)
+
+
+@pytest.mark.parametrize("total", HOSTILE_LIMITS, ids=_limit_id)
+def test_a_bad_total_is_refused_and_nothing_is_written(total, with_total, raw_redis, key_prefix, changes):
+    sem = with_total
+    sem.override(limit=1, total=6)
+    before = stored(raw_redis, key_prefix, "exports")
+    with pytest.raises(ValueError, match="total must be an int from 0 to 1,000,000"):
+        sem.override(total=total)
+    with pytest.raises(ValueError, match="total must be"):
+        sem.override(limit=2, mode="dry_run", total=total)  # neither is applied
+    assert stored(raw_redis, key_prefix, "exports") == before
+    assert sem.effective(fresh=True) == (1, "enforce", "override", 6)
+    assert len(changes) == 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("total", [-1, 1.5, True, "3", 10**6 + 1], ids=_limit_id)
+async def test_aoverride_refuses_the_same_totals(total, raw_redis, key_prefix, changes):
+    sem = Semaphore("atotals", limit=3, timeout=5, total=6)
+    with pytest.raises(ValueError, match="total must be"):
+        await sem.aoverride(total=total, mode="dry_run")
+    assert raw_redis.exists(control_key(key_prefix)) == 0
+    assert await sem.aeffective(fresh=True) == (3, "enforce", "settings", 6)
+    assert changes == []
+
+
+@pytest.mark.parametrize("make", [lambda: semaphores["reports"], lambda: Semaphore("plain", limit=2)])
+def test_a_total_for_a_semaphore_without_total_is_refused(make, raw_redis, key_prefix, changes):
+    sem = make()
+    for kwargs in ({"total": 4}, {"total": 4, "limit": 1}, {"total": 0, "mode": "dry_run"}):
+        with pytest.raises(ValueError, match=f"semaphore '{sem.name}' has no TOTAL"):
+            sem.override(**kwargs)
+    assert raw_redis.exists(control_key(key_prefix)) == 0
+    assert sem.effective(fresh=True) == (2, "enforce", "settings", None)
+    assert changes == []
+
+
+def test_validate_and_change():
+    config = Semaphore("v", limit=2, total=4).config
+    control.validate(None, None, 3, config)
+    control.validate(1, None, None, config)
+    control.validate(None, "off", None, None)
+    with pytest.raises(ValueError, match="Give a limit, a mode or a total"):
+        control.validate(None, None, None, config)
+    with pytest.raises(ValueError, match="has no TOTAL"):
+        control.validate(None, None, 3, Semaphore("w", limit=2).config)
+    assert control.Change(1, "off", 3) == control.Change(limit=1, mode="off", total=3)
+    assert not control.Change(1).clear and control.CLEAR.clear
+    assert (control.CLEAR.limit, control.CLEAR.mode, control.CLEAR.total) == (None, None, None)
+
+
+@pytest.mark.parametrize("total", [10**6 + 1, 10**20, -1])
+def test_the_script_itself_refuses_a_total_out_of_range(total, with_total, raw_redis, key_prefix):
+    sem = with_total
+    sem.override(total=5, mode="dry_run")
+    before = stored(raw_redis, key_prefix, "exports")
+    client = connection.get_client()
+    with pytest.raises(SemaphoreBackendError, match="total"):
+        run(client, control.write(sem.config, control.Change(limit=1, total=total), None, False))
+    assert stored(raw_redis, key_prefix, "exports") == before
+
+
+@pytest.mark.parametrize(
+    ("raw", "read"), [("99999999999999999999999", 10**6), ("1e300", 10**6), ("-1", 0), ("2.5", 2)]
+)
+def test_a_stored_total_out_of_range_is_clamped_never_dropped(raw, read, with_total, raw_redis, key_prefix):
+    value = f'{{"limit":null,"mode":"dry_run","total":{raw},"at":0,"by":"someone"}}'
+    raw_redis.hset(control_key(key_prefix), "exports", value)
+    sem = with_total
+    assert sem.effective(fresh=True) == (2, "dry_run", "override", read)
+    assert sem.override(mode="enforce") == (2, "enforce", "override", read)
+    assert stored(raw_redis, key_prefix, "exports")["total"] == read
+
+
+def test_total_in_force_never_talks_to_redis(with_total, main_thread_commands):
+    sem = with_total
+    sem.override(total=3)
+    control.cache().clear()
+    main_thread_commands.clear()
+    assert control.total_in_force(sem.config) == 8  # not read yet: the settings' (and polled from now on)
+    assert main_thread_commands == []
+    wait_until(lambda: control.total_in_force(sem.config) == 3, message="the poller read the override")
+    assert main_thread_commands == []
+
+
+def test_override_total_on_every_backend(backend, settings):
+    settings.SEMAPHORES = TOTAL_SEMAPHORES
+    sem = semaphores["exports"]
+    assert sem.override(total=3) == (2, "enforce", "override", 3)
+    control.cache().clear()
+    assert sem.effective() == (2, "enforce", "override", 3)  # read back from Redis
+    control.cache().tick()
+    assert sem.effective(fresh=True) == (2, "enforce", "override", 3)
+    assert sem.clear_override() == (2, "enforce", "settings", 8)
 
 
 # -- what the limit in force does ------------------------------------------------------
@@ -568,7 +756,7 @@ def test_the_poller_keeps_the_last_overrides_when_redis_fails(own_redis, setting
     for the burst, and no backend_failed (a background poll is no caller's operation)."""
     sem = Semaphore("keep", limit=3, timeout=5)
     sem.override(limit=1)
-    assert sem.effective() == (1, "enforce", "override")
+    assert sem.effective() == (1, "enforce", "override", None)
     cache = control.cache()
     failures = []
 
@@ -584,7 +772,7 @@ def test_the_poller_keeps_the_last_overrides_when_redis_fails(own_redis, setting
     finally:
         signals.backend_failed.disconnect(receiver)
     assert cache.lookup(settings.SEMAPHORE_KEY_PREFIX).overrides["keep"].limit == 1
-    assert sem.effective() == (1, "enforce", "override")
+    assert sem.effective() == (1, "enforce", "override", None)
     warnings = [r for r in caplog.records if "runtime overrides" in r.getMessage()]
     assert len(warnings) == 1  # once per burst
     assert f"127.0.0.1:{own_redis.port}" in warnings[0].getMessage()
@@ -593,7 +781,7 @@ def test_the_poller_keeps_the_last_overrides_when_redis_fails(own_redis, setting
     # finds no override any more.
     own_redis.start()
     cache.tick()
-    assert sem.effective() == (3, "enforce", "settings")
+    assert sem.effective() == (3, "enforce", "settings", None)
 
 
 # -- off and SEMAPHORE_ENABLED ---------------------------------------------------------
@@ -743,15 +931,15 @@ async def test_awaiters_and_seed_variants():
 
 def test_override_on_every_backend(backend):
     sem = Semaphore("everywhere", limit=2, timeout=5)
-    assert sem.override(limit=0) == (0, "enforce", "override")
+    assert sem.override(limit=0) == (0, "enforce", "override", None)
     assert sem.try_acquire()[1].reason == "paused"
     control.cache().clear()
-    assert sem.effective() == (0, "enforce", "override")  # read back from Redis
+    assert sem.effective() == (0, "enforce", "override", None)  # read back from Redis
     sem.override(limit=1, mode="dry_run")
     assert sem.acquire().over_limit is False and sem.acquire().over_limit is True
     control.cache().tick()  # the poller's pipeline (overrides + stats) on this backend
-    assert sem.effective(fresh=True) == (1, "dry_run", "override")
-    assert sem.clear_override() == (2, "enforce", "settings")
+    assert sem.effective(fresh=True) == (1, "dry_run", "override", None)
+    assert sem.clear_override() == (2, "enforce", "settings", None)
 
 
 @pytest.mark.slow
@@ -762,11 +950,11 @@ def test_an_override_survives_a_sentinel_failover(redis_sentinel, settings):
     settings.SEMAPHORE_REDIS = "sentinel"
     try:
         sem = Semaphore("failover", limit=3, timeout=5)
-        assert sem.override(limit=0, mode="dry_run") == (0, "dry_run", "override")
+        assert sem.override(limit=0, mode="dry_run") == (0, "dry_run", "override", None)
         redis_sentinel.failover()
         connection.reset()
         wait_until(lambda: _fresh_or_none(sem) is not None, timeout=20, message="the new primary answering")
-        assert sem.effective(fresh=True) == (0, "dry_run", "override")
+        assert sem.effective(fresh=True) == (0, "dry_run", "override", None)
     finally:
         connection.reset()
 

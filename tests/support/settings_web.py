@@ -29,6 +29,7 @@ WEB_SEMAPHORES = {
     "web-user": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "KEY": "user"},
     "web-ip": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "KEY": "ip"},
     "web-header": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "KEY": "header:X-Tenant"},
+    "web-total": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "KEY": "header:X-Tenant", "TOTAL": 2},
     "web-short": {"LIMIT": 1, "TIMEOUT": 1},
     "mw-path": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "PATHS": [r"^/web/mw/a?path/"]},
     "mw-name": {"LIMIT": 1, "TIMEOUT": TIMEOUT, "URL_NAMES": ["web:mw-named"]},

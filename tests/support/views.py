@@ -161,6 +161,11 @@ def by_header(request):
     return leases_json(request)
 
 
+@semaphore("web-total")
+def by_tenant_total(request):
+    return leases_json(request)
+
+
 @semaphore("web-one", key="ip", wait=0)
 def override(request):
     return leases_json(request)

@@ -17,6 +17,7 @@ urlpatterns = [
     path("auser/", views.aby_user, name="auser"),
     path("ip/", views.by_ip, name="ip"),
     path("header/", views.by_header, name="header"),
+    path("total/", views.by_tenant_total, name="total"),
     path("override/", views.override, name="override"),
     path("dotted/", views.dotted, name="dotted"),
     path("weighted/", views.weighted, name="weighted"),

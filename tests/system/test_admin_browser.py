@@ -1,13 +1,16 @@
 """The admin pages in a real browser: Debian's Chromium via Playwright, on pytest-django's live_server."""
 
 import re
+import threading
 
 import pytest
 from django.contrib.auth.models import Permission, User
 
 from django_semaphore import semaphores
 from django_semaphore.admin import SemaphoreAdmin
+from django_semaphore.backend.keys import key_hash
 from tests.support.browser import chromium, new_page, screenshot
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -123,6 +126,122 @@ def test_login_find_semaphores_see_holders_and_force_release(browser, live_serve
         # The admin's history knows who did it.
         page.goto(f"{live_server.url}/admin/")
         expect(page.locator("#recent-actions-module")).to_contain_text("reports")
+
+
+# TOTAL: at most 2 exports per user, 3 across all users.
+EXPORTS = {"LIMIT": 2, "TIMEOUT": 60, "KEY": "user", "TOTAL": 3, "WAIT": 60}
+
+
+@pytest.fixture
+def exports(settings):
+    """ "exports" with its total reached: alice holds 2, bob 1, and carol waits (her
+    partition has room, the total has none); released at the end."""
+    settings.SEMAPHORES = {**settings.SEMAPHORES, "exports": EXPORTS}
+    sem = semaphores["exports"]
+
+    def web(user, path):
+        return {"user": user, "method": "POST", "path": path, "remote_addr": "10.0.0.21"}
+
+    held = [
+        sem.acquire(key="alice", meta=web("alice", "/exports/orders.csv")),
+        sem.acquire(key="alice", meta=web("alice", "/exports/invoices.csv")),
+        sem.acquire(key="bob", meta=web("bob", "/exports/customers.csv")),
+    ]
+    assert all(held)
+    got = []
+    waiter = threading.Thread(
+        target=lambda: got.append(sem.acquire(key="carol", wait=60, meta=web("carol", "/exports/stock.csv")))
+    )
+    waiter.start()
+    try:
+        wait_until(lambda: sem.waiters("carol"), message="carol queueing")
+        yield held, got
+    finally:
+        sem.clear_override()
+        for lease in held:
+            lease.release()
+        waiter.join(30)
+        for lease in got:
+            if lease:
+                lease.release()
+
+
+def test_a_total_name_shows_its_total_above_its_partitions_and_serves_the_waiter(
+    browser, live_server, exports
+):
+    from playwright.sync_api import expect
+
+    held, got = exports
+    alice_first = held[0]
+    _user("admin", superuser=True)
+    with new_page(browser) as page:
+        _login(page, live_server, "admin", LIST_PATH)
+        group = page.locator('tbody[data-semaphore="exports"]')
+        total_row = group.locator("tr.sema-total")
+        expect(total_row.locator(".field-partition")).to_have_text("total all partitions")
+        expect(total_row.locator(".field-limit")).to_have_text("3")
+        expect(total_row.locator(".field-in_use")).to_have_text("3")
+        expect(total_row.locator(".field-waiting")).to_have_text("1")
+        expect(total_row.locator(".sema-pct")).to_have_text("100%")
+        # Then each partition against its LIMIT: never the whole name's keys as a partition.
+        partitions = group.locator("tr[data-partition]")
+        expect(partitions.locator(".field-partition")).to_have_text(["alice", "bob", "carol"])
+        expect(partitions.locator(".field-limit")).to_have_text(["2", "2", "2"])
+        expect(partitions.locator(".field-in_use")).to_have_text(["2", "1", "0"])
+        expect(partitions.locator(".field-free")).to_have_text(["0", "0", "0"])
+        expect(group.locator('[data-partition="+"]')).to_have_count(0)
+
+        group.get_by_role("link", name="exports", exact=True).click()
+        expect(page).to_have_url(f"{live_server.url}{LIST_PATH}exports/")
+        total = page.locator("#sema-total")
+        expect(total.locator(".sema-bar")).to_have_attribute("aria-valuemax", "3")
+        expect(total.locator(".sema-pct")).to_have_text("100%")
+        expect(total).to_contain_text("3 of 3 in use · 0 free · 1 waiting, all partitions together")
+        expect(page.locator("#sema-in-force .sema-effective-total")).to_have_text("3")
+        blocks = page.locator("section.sema-partition-block")
+        expect(blocks.locator(".sema-partition-title").first).to_contain_text("alice")
+        expect(blocks).to_have_count(3)
+        # The total's bar comes first, above the partitions.
+        above = page.evaluate(
+            "() => document.querySelector('#sema-total').getBoundingClientRect().bottom"
+            " <= document.querySelector('section.sema-partition-block').getBoundingClientRect().top"
+        )
+        assert above
+        alice, bob, carol = blocks.nth(0), blocks.nth(1), blocks.nth(2)
+        expect(alice.locator("tr.sema-holder .field-token")).to_have_text(
+            [str(held[0].token), str(held[1].token)]
+        )
+        expect(alice.locator(".sema-figures-text")).to_contain_text("2 of 2 in use")
+        expect(bob.locator(".sema-figures-text")).to_contain_text("total reached")
+        expect(carol.locator("tr.sema-waiter .field-user")).to_have_text("carol")
+        expect(carol.locator('tr.sema-waiter [data-key="path"] dd')).to_have_text("/exports/stock.csv")
+        for lease in held:
+            assert lease.identifier not in page.content()
+        screenshot(page, "admin-total.png")
+
+        # An operator frees one of alice's permits: it goes to carol, whose partition has room.
+        alice.locator("tr.sema-holder").first.get_by_role("button", name="Force release").click()
+        expect(page.locator(".messagelist")).to_contain_text(f"Released token {alice_first.token}")
+        wait_until(lambda: got and got[0] is not None, message="carol served")
+        page.reload()
+        for user in ("alice", "bob", "carol"):  # one holder each (listed in key hash order)
+            block = page.locator(f'section.sema-partition-block[data-partition="{key_hash(user)}"]')
+            expect(block.locator("tr.sema-holder .field-user")).to_have_text(user)
+        expect(page.locator("tr.sema-waiter")).to_have_count(0)
+        expect(page.locator("#sema-total")).to_contain_text("3 of 3 in use · 0 free · 0 waiting")
+        assert alice_first.refresh() is False
+
+        # Runtime control of the total: every process admits up to 4 from now on.
+        form = page.locator("#sema-control")
+        expect(form.get_by_label("Total")).to_have_value("3")
+        form.get_by_label("Total").fill("4")
+        form.get_by_role("button", name="Apply to every process").click()
+        expect(page.locator(".messagelist")).to_contain_text(
+            "Set limit 2 -> 2, mode enforce -> enforce, total 3 -> 4."
+        )
+        expect(page.locator("#sema-in-force .sema-effective-total")).to_have_text("4")
+        expect(page.locator("#sema-total")).to_contain_text("3 of 4 in use · 1 free")
+        assert semaphores["exports"].effective().total == 4
 
 
 def bob_host(lease):

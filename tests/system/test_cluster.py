@@ -183,3 +183,28 @@ def test_script_flush_on_every_node(backend, backend_redis):
     assert lease.refresh() is True
     assert sem.acquire() is None
     assert lease.release() is True
+
+
+def test_total_shares_one_slot_and_serves_waiters_across_partitions(backend):
+    """TOTAL: every partition of the name in one slot, whatever the key values, and
+    a release in one partition grants a waiter of another (direct grant)."""
+    sem = Semaphore("cl-total-{x}", limit=2, timeout=5, total=2, wait=10)
+    keys = {sem.partition(k).timeouts for k in ("a", "{b}", "\x00c", None)}
+    assert len({key_slot(k.encode()) for k in keys}) == 1
+    a, b = sem.acquire(key="a"), sem.acquire(key="{b}")
+    assert a and b and sem.available() == 0
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(sem.acquire(key="\x00c", wait=10)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while len(sem.waiters("\x00c")) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert a.release()
+    waiter.join(10)
+    assert got and got[0] is not None
+    assert [h.identifier for h in sem.holders("\x00c")] == [got[0].identifier]
+    assert {p.part for p in sem.partitions()} == {sem.partition(k).part for k in ("{b}", "\x00c")}
+    assert got[0].release() and b.release()
+    assert sem.available() == 2
+    assert sem.purge_expired() == 0

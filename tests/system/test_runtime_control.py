@@ -293,7 +293,8 @@ def test_the_page_and_its_json_show_waiters_refusals_and_hold_times(viewer, full
 
     status = client.get(PAGE + "status.json").json()
     assert status["limit"] == 2 and status["mode"] == "enforce" and status["source"] == "settings"
-    assert status["settings"] == {"limit": 2, "mode": "enforce"}
+    assert status["settings"] == {"limit": 2, "mode": "enforce", "total": None}
+    assert status["total"] is None and status["all_partitions"] is None  # no TOTAL
     assert status["waiting"] == 1
     assert status["recent"]["refused"] == 1 and status["recent"]["window_seconds"] == 300
     (partition,) = status["partitions"]
@@ -394,3 +395,118 @@ def test_metrics_give_the_mode_effective_limit_override_and_dry_run_refusals(cli
     assert delta("django_semaphore_dry_run_refusals_total") == 2
     assert delta("django_semaphore_refusals_total") == 0  # admitted: not refused
     assert delta("django_semaphore_acquisitions_total") == 3
+
+
+# -- TOTAL: the form's total field --------------------------------------------------------------
+
+EXPORTS_PAGE = LIST_URL + "exports-total/"
+
+
+@pytest.fixture
+def with_total(settings):
+    settings.SEMAPHORES = {
+        **SEMAPHORES,
+        "exports-total": {"LIMIT": 2, "TIMEOUT": 30, "KEY": "user", "TOTAL": 3},
+    }
+    sem = semaphores["exports-total"]
+    yield sem
+    sem.clear_override()
+
+
+def _field(html, name):
+    found = re.search(rf'<input[^>]*name="{name}"[^>]*>', html)
+    return found.group(0) if found else None
+
+
+def test_the_form_has_a_total_field_for_a_semaphore_with_total_only(changer, with_total):
+    client = _client(changer)
+    html = client.get(EXPORTS_PAGE).content.decode()
+    field = _field(html, "total")
+    assert 'value="3"' in field and 'min="0"' in field and 'max="1000000"' in field
+    assert "Permits across all partitions together" in html
+    assert _field(client.get(PAGE).content.decode(), "total") is None  # "reports" has no TOTAL
+
+
+def test_a_total_change_is_applied_logged_and_shown(changer, with_total, changes):
+    client = _client(changer)
+    response = client.post(EXPORTS_PAGE, {"limit": "2", "mode": "enforce", "total": "5"})
+    assert response.status_code == 302 and response["Location"] == EXPORTS_PAGE
+    assert with_total.effective() == Effective(2, "enforce", "override", 5)
+    assert changes == [("exports-total", 2, "enforce", changer)]
+    message = "Set limit 2 -> 2, mode enforce -> enforce, total 3 -> 5."
+    entry = LogEntry.objects.get()
+    assert entry.object_id == "exports-total" and entry.get_change_message() == message
+    page = client.get(EXPORTS_PAGE)
+    assert f"“exports-total”: {message}" in _text(page)
+    html = page.content.decode()
+    assert 'class="sema-effective-total">5<' in html and 'data-total="5"' in html
+    assert 'value="5"' in _field(html, "total")
+    assert "settings: LIMIT 2, TOTAL 3, MODE enforce" in html
+    # In the list too: the override, with what settings say.
+    listing = _client(changer).get(LIST_URL).content.decode()
+    row = re.search(r'data-semaphore="exports-total">.*?</tbody>', listing, re.S).group(0)
+    assert "settings: LIMIT 2, TOTAL 3, MODE enforce" in row and 'data-total="5"' in row
+
+    # Only the fields changed are overridden: a new mode keeps the total override.
+    client.post(EXPORTS_PAGE, {"limit": "2", "mode": "dry_run", "total": "5"})
+    assert with_total.effective() == Effective(2, "dry_run", "override", 5)
+    response = client.post(EXPORTS_PAGE, {"limit": "2", "mode": "dry_run", "total": "5"}, follow=True)
+    assert "Nothing changed: limit 2, mode dry_run and total 5 are already in force." in _text(response)
+
+    response = client.post(EXPORTS_PAGE, {"clear": "1"}, follow=True)
+    assert "Cleared the override: limit 2 -> 2, mode dry_run -> enforce, total 5 -> 3." in _text(response)
+    assert with_total.effective() == Effective(2, "enforce", "settings", 3)
+    assert LogEntry.objects.count() == 3
+
+
+@pytest.mark.parametrize(
+    ("total", "error"),
+    [
+        ("", "This field is required."),
+        ("three", "Total must be a whole number from 0 to 1,000,000"),
+        ("-1", "Total must be a whole number from 0 to 1,000,000"),
+        ("1_000", "Total must be a whole number from 0 to 1,000,000"),
+        ("1000001", "Total must be a whole number from 0 to 1,000,000"),
+    ],
+)
+def test_a_bad_total_is_a_form_error_and_writes_nothing(changer, with_total, changes, total, error):
+    response = _client(changer).post(EXPORTS_PAGE, {"limit": "1", "mode": "dry_run", "total": total})
+    assert response.status_code == 200
+    assert error in _text(response)
+    assert 'class="errorlist' in response.content.decode()
+    assert with_total.effective() == Effective(2, "enforce", "settings", 3)
+    assert changes == [] and not LogEntry.objects.exists()
+
+
+def test_an_engine_refusal_becomes_a_form_error(changer, with_total, changes, monkeypatch):
+    """What the engine's own validation refuses is shown on the form, and nothing is written."""
+
+    def refuse(*args, **kwargs):
+        raise ValueError("total must be an int from 0 to 1,000,000, not 'x'.")
+
+    monkeypatch.setattr(type(with_total), "override", refuse)
+    response = _client(changer).post(EXPORTS_PAGE, {"limit": "2", "mode": "enforce", "total": "4"})
+    assert response.status_code == 200
+    assert "total must be an int from 0 to 1,000,000" in _text(response)
+    assert with_total.effective() == Effective(2, "enforce", "settings", 3)
+    assert not LogEntry.objects.exists()
+
+
+def test_a_total_posted_for_a_semaphore_without_total_is_ignored(changer, with_total):
+    response = _client(changer).post(PAGE, {"limit": "1", "mode": "enforce", "total": "9"})
+    assert response.status_code == 302
+    assert _effective() == Effective(1, "enforce", "override")
+    assert LogEntry.objects.get().get_change_message() == "Set limit 2 -> 1, mode enforce -> enforce."
+    semaphores["reports"].clear_override()
+
+
+def test_metrics_give_the_effective_total(client, with_total):
+    metrics.install()
+    samples = scrape(client)
+    assert value(samples, "django_semaphore_effective_total", semaphore="exports-total") == 3
+    assert value(samples, "django_semaphore_effective_total", semaphore="reports") is None  # no TOTAL
+    with_total.override(total=7)
+    wait_until(lambda: with_total.effective().total == 7, message="the override applied")
+    samples = scrape(client)
+    assert value(samples, "django_semaphore_effective_total", semaphore="exports-total") == 7
+    assert value(samples, "django_semaphore_override", semaphore="exports-total") == 1

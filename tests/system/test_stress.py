@@ -234,3 +234,107 @@ def test_weighted_acquires_never_exceed_the_limit(subprocess_env, raw_redis, key
     assert above == 0 and peak <= WEIGHTED_LIMIT
     assert clashes == 0
     assert peak >= WEIGHTED_LIMIT - 1  # (nearly) full at times: the check had something to find
+
+
+# -- TOTAL: LIMIT per partition, TOTAL across the partitions -------------------------------
+
+TOTAL_PROCESSES = 16
+TOTAL_ATTEMPTS = 7500  # per process; 14 of the 16 wait for every grant: > 10^5 grants
+TOTAL_PARTITIONS = 8
+TOTAL_LIMIT = 2
+TOTAL_TOTAL = 5
+
+TOTAL_WORKER = (
+    textwrap.dedent(
+        """
+    import json, os, random, sys, time
+    import django
+    django.setup()
+    import redis
+    from django_semaphore import Semaphore
+    index, attempts, out, go = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    sem = Semaphore("total-stress", limit=LIMIT, total=TOTAL, timeout=30)
+    key = str(index % PARTITIONS)  # two processes per partition
+    wait = 0 if index % 8 == 0 else 10  # two refuse at once, the others queue
+    sem.available()
+    redis.Redis.from_url(os.environ["REDIS_URL"]).blpop(go, 60)
+    monotonic = time.monotonic
+    holds, refused, lost = [], 0, 0
+    started = monotonic()
+    for _ in range(attempts):
+        permits = 2 if random.random() < 0.1 else 1
+        lease = sem.acquire(key=key, wait=wait, permits=permits, priority=random.choice((0, 0, 1)))
+        if lease is None:
+            refused += 1
+            continue
+        begin = monotonic()
+        time.sleep(random.random() * 0.001)
+        end = monotonic()
+        if not lease.release():
+            lost += 1
+        holds.append((begin, end, permits, key))
+    with open(out, "w") as f:
+        json.dump({"holds": holds, "refused": refused, "lost": lost,
+                   "seconds": monotonic() - started}, f)
+    """
+    )
+    .replace("LIMIT", str(TOTAL_LIMIT))
+    .replace("TOTAL", str(TOTAL_TOTAL))
+    .replace("PARTITIONS", str(TOTAL_PARTITIONS))
+)
+
+
+def permit_levels(holds):
+    """Sweep: the permits held just after each hold starts (ends before starts at equal times)."""
+    events = sorted([(h[0], 1, h[2]) for h in holds] + [(h[1], -1, h[2]) for h in holds])
+    level, levels = 0, []
+    for _, sign, permits in events:
+        level += sign * permits
+        if sign > 0:
+            levels.append(level)
+    return levels
+
+
+@pytest.mark.slow
+def test_total_never_exceeds_limit_per_partition_nor_total(subprocess_env, raw_redis, key_prefix, tmp_path):
+    holds, refused, lost, elapsed = run_workers(
+        TOTAL_WORKER,
+        TOTAL_PROCESSES,
+        TOTAL_ATTEMPTS,
+        f"{key_prefix}:go-total",
+        600,
+        raw_redis,
+        subprocess_env,
+        tmp_path,
+    )
+    name_levels = permit_levels(holds)
+    partition_peaks = {}
+    above_limit = 0
+    for part in {h[3] for h in holds}:
+        levels = permit_levels([h for h in holds if h[3] == part])
+        partition_peaks[part] = max(levels)
+        above_limit += sum(1 for level in levels if level > TOTAL_LIMIT)
+    above_total = sum(1 for level in name_levels if level > TOTAL_TOTAL)
+    figures = {
+        "processes": TOTAL_PROCESSES,
+        "partitions": len(partition_peaks),
+        "grants": len(holds),
+        "refused": refused,
+        "leases_lost": lost,
+        "peak_permits": max(name_levels),
+        "peak_partition_permits": max(partition_peaks.values()),
+        "moments_above_limit": above_limit,
+        "moments_above_total": above_total,
+        "seconds": round(elapsed, 1),
+    }
+    print("TOTAL STRESS FIGURES", json.dumps(figures))
+    path = os.environ.get("SEMAPHORE_FIGURES")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"total_stress": figures}) + "\n")
+    assert len(holds) >= 10**5
+    assert len(partition_peaks) == TOTAL_PARTITIONS
+    assert lost == 0
+    assert above_limit == 0 and above_total == 0
+    assert max(name_levels) == TOTAL_TOTAL  # the TOTAL was reached: the check had something to find
+    assert refused > 0

@@ -127,3 +127,22 @@ async def test_async_views_take_the_permits_too(async_client):
     response = await async_client.get("/web/weighted/?permits=4&vip=1")
     assert response.status_code == 200
     assert body(response)["leases"]["web-weighted"]["slots"] == [0, 1, 2, 3]
+
+
+# -- TOTAL: a partition with room, a name without ----------------------------------------
+
+
+def test_a_tenant_with_room_is_refused_429_when_the_total_is_reached(client, events):
+    sem = semaphores["web-total"]
+    held = [sem.acquire(key="a"), sem.acquire(key="b")]
+    assert all(held) and sem.available() == 0
+    response = client.get("/web/total/", HTTP_X_TENANT="c", HTTP_ACCEPT="application/json")
+    assert response.status_code == 429
+    assert int(response["Retry-After"]) >= 1
+    assert [kwargs["retry_after"].reason for name, kwargs in events if name == "refused"] == ["total"]
+    held[0].release()
+    response = client.get("/web/total/", HTTP_X_TENANT="c")
+    assert response.status_code == 200
+    assert body(response)["leases"]["web-total"]["token"] > 0
+    held[1].release()
+    assert sem.available() == 2

@@ -43,6 +43,8 @@ def describe(semaphore: Semaphore, key: str | None) -> dict[str, Any]:
     if semaphore.ad_hoc:
         config = semaphore.config
         entry["adhoc"] = {"limit": config.limit, "timeout": config.timeout, "algorithm": config.algorithm}
+        if config.total is not None:
+            entry["adhoc"]["total"] = config.total
     return entry
 
 
@@ -50,7 +52,13 @@ def rebuild(entry: dict[str, Any]) -> Semaphore:
     """The semaphore :func:`describe` described."""
     adhoc = entry.get("adhoc")
     if adhoc:
-        return Semaphore(entry["name"], adhoc["limit"], adhoc["timeout"], algorithm=adhoc["algorithm"])
+        return Semaphore(
+            entry["name"],
+            adhoc["limit"],
+            adhoc["timeout"],
+            algorithm=adhoc["algorithm"],
+            total=adhoc.get("total"),
+        )
     return semaphores[entry["name"]]
 
 
@@ -100,8 +108,8 @@ def park(semaphore: Semaphore, key: str | None, parked_message: str, *, front: b
     )
     entry = describe(semaphore, key)
     entry["nonce"] = os.urandom(8).hex()  # a new value at each park: see celery_unregister.lua
-    store.script(store.REGISTER, (store.registry_key(),), keys.base, json.dumps(entry), ttl)
-    store.command("PUBLISH", store.registry_key(), keys.base)  # dispatchers subscribed look now
+    store.script(store.REGISTER, (store.registry_key(),), keys.own, json.dumps(entry), ttl)
+    store.command("PUBLISH", store.registry_key(), keys.own)  # dispatchers subscribed look now
     wake.set()
     return count
 
@@ -136,7 +144,7 @@ def parked_partitions() -> Iterator[tuple[str, Semaphore, str | None]]:
             semaphore, key = rebuild(entry), entry["key"]
         except Exception:  # an entry of a semaphore no longer configured here: leave it to others
             continue
-        if semaphore.partition(key).base != field:
+        if semaphore.partition(key).own != field:
             continue
         if not count(semaphore.partition(key)):
             store.script(store.UNREGISTER, (registry,), field, value)

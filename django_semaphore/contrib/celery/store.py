@@ -67,18 +67,18 @@ def text(value: Any) -> str:
 
 def queue_key(keys: PartitionKeys) -> str:
     """The LIST of tasks parked on partition ``keys``."""
-    return keys.base + QUEUE_SUFFIX
+    return keys.own + QUEUE_SUFFIX
 
 
 def lock_key(keys: PartitionKeys) -> str:
     """The lock of partition ``keys``'s dispatcher."""
-    return keys.base + LOCK_SUFFIX
+    return keys.own + LOCK_SUFFIX
 
 
 def run_key(keys: PartitionKeys, task_id: str) -> str:
     """The run of task ``task_id`` on partition ``keys`` (the id is hashed: any length, any bytes)."""
     digest = hashlib.sha256(str(task_id).encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return keys.base + RUN_SUFFIX + digest
+    return keys.own + RUN_SUFFIX + digest
 
 
 def registry_key() -> str:

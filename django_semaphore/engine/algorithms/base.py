@@ -36,6 +36,9 @@ class Granted:
     #: The caller's queue ticket number (server microseconds when it queued),
     #: when it waited in the queue for this grant; "" when granted at once.
     ticket: str = ""
+    #: TOTAL, a dry run: enforcing would have refused this caller with reason
+    #: "total" (its partition had room, the name had none).
+    over_total: bool = False
 
 
 @dataclass(slots=True)
@@ -54,6 +57,8 @@ class Refused:
     ticket: str = ""
     #: Refused at once because MAX_WAITERS callers already wait ("lua").
     queue_full: bool = False
+    #: TOTAL: the partition had room, the name did not (reason "total").
+    total: bool = False
 
     def retry_after(self, timeout: float) -> int:
         """Retry-After in whole seconds for a caller whose TIMEOUT is ``timeout``."""

@@ -1,5 +1,8 @@
 """``manage.py sema_cleanup``: remove expired entries from every semaphore partition.
 
+A semaphore with TOTAL keeps all its partitions in one set of keys: they are
+cleaned at once, with one script.
+
 Exit codes: 0 done (whether or not anything was removed), 1 Redis failed,
 2 a ``--semaphore`` name is neither in SEMAPHORES nor an ad-hoc semaphore in
 use (or the arguments are wrong).
@@ -80,9 +83,8 @@ class Command(BaseCommand):
                 total += removed
                 examined += 1
                 if verbosity >= 2:
-                    label, partitions = self.label(found, entry), len(found.partitions)
                     self.stdout.write(
-                        f"{label}: {verb} {removed} expired entries from {partitions} partitions."
+                        f"{self.label(found, entry)}: {verb} {removed} expired entries {self.where(found)}."
                     )
             if not names:  # a full sweep: the records of ad-hoc semaphores no longer in use go
                 live = {self.digest(found) for found in groups if found.partitions}
@@ -103,6 +105,18 @@ class Command(BaseCommand):
     @staticmethod
     def digest(found: discovery.Found) -> str:
         return found.partitions[0].name_digest if found.partitions else name_hash(found.name)
+
+    @staticmethod
+    def where(found: discovery.Found) -> str:
+        """From which keys: ``"from 3 partitions"``; a TOTAL name's partitions share
+        one set of keys, cleaned at once: ``"from all partitions (TOTAL)"``."""
+        shared = sum(1 for keys in found.partitions if keys.shared)
+        own = len(found.partitions) - shared
+        if shared and not own:
+            return "from all partitions (TOTAL)"
+        if shared:
+            return f"from {own} partitions and all partitions under TOTAL"
+        return f"from {own} partitions"
 
     @staticmethod
     def label(found: discovery.Found, entry: adhoc.Entry | None) -> str:

@@ -1,7 +1,9 @@
 """``manage.py sema_status [NAME]``: the semaphores' figures (and with NAME, its holders).
 
 The terminal twin of the admin pages: the configured semaphores, then the
-ad-hoc ones in use (LIMIT FROM "ad hoc").  Exit codes: 0 done, 1 Redis
+ad-hoc ones in use (LIMIT FROM "ad hoc").  A semaphore with TOTAL has a line
+``(total)`` first: the total in force in the LIMIT column and every partition's
+use together, then one line per partition that holds permits or has waiters.  Exit codes: 0 done, 1 Redis
 failed, 2 NAME is neither in SEMAPHORES nor an ad-hoc semaphore in use.
 """
 
@@ -35,6 +37,8 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: C
 
 
 META_COLUMNS = ("user", "method", "path", "remote_addr", "host", "pid")
+#: The PARTITION cell of a TOTAL semaphore's line for the whole name.
+TOTAL_ROW = "(total)"
 
 
 class Command(BaseCommand):
@@ -42,6 +46,8 @@ class Command(BaseCommand):
         "Show every semaphore with its live partitions: limit, in use, free, waiting, the mode "
         "in force and where the limit comes from (settings, override, adaptive; 'ad hoc' for a "
         "semaphore made in code without a SEMAPHORES entry, listed while it has live partitions). "
+        "A semaphore with TOTAL has a '(total)' line first: the total in force and the use of all "
+        "its partitions together. "
         "With NAME, also that semaphore's holders in token order (token, acquired, expires in, meta)."
     )
 
@@ -93,7 +99,12 @@ class Command(BaseCommand):
                 rows.append([name, f"error: {view.error}", "", "", "", "", "", ""])
                 continue
             in_force = [view.mode, self.source(view)]
-            if not view.partitions:
+            whole = view.whole
+            if whole is not None:
+                rows.append(
+                    [name, TOTAL_ROW, whole.limit, whole.in_use, whole.free, whole.waiting, *in_force]
+                )
+            elif not view.partitions:
                 rows.append([name, "(no live partition)", view.limit, 0, view.limit, 0, *in_force])
             for partition in view.partitions:
                 label = "-" if partition.unpartitioned else partition.label[:40]
@@ -119,7 +130,8 @@ class Command(BaseCommand):
         if view.ad_hoc:
             return "ad hoc"
         if view.source == "override":
-            return f"override (settings: {view.settings_limit} {view.settings_mode})"
+            total = "" if view.settings_total is None else f" total {view.settings_total}"
+            return f"override (settings: {view.settings_limit} {view.settings_mode}{total})"
         if view.source == "adaptive" and view.adaptive_bounds is not None:
             low, high = view.adaptive_bounds
             probing = ", probing" if view.adaptive is not None and view.adaptive.probing else ""
@@ -129,6 +141,11 @@ class Command(BaseCommand):
     def holders(self, view: monitor.SemaphoreSummary) -> str:
         now = timezone.now()
         blocks = []
+        whole = view.whole
+        if whole is not None:
+            blocks.append(
+                f"All partitions: {whole.in_use} of {whole.limit} (TOTAL) in use, {whole.waiting} waiting"
+            )
         for partition in view.partitions:
             title = "Holders" if partition.unpartitioned else f"Partition {partition.label}"
             rows = [
@@ -154,4 +171,6 @@ class Command(BaseCommand):
             body = format_table(headers, rows, right={0, 2, 8}) if rows else "(no holders)"
             figures = f"{partition.in_use} of {partition.limit} in use, {partition.waiting} waiting"
             blocks.append(f"{title}: {figures}\n{body}")
-        return "\n\n".join(blocks) or "(no live partition)"
+        if not view.partitions:
+            blocks.append("(no live partition)")
+        return "\n\n".join(blocks)

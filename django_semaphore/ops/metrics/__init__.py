@@ -11,6 +11,8 @@ metric                                      type      labels and meaning
 ``django_semaphore_limit``                  gauge     ``semaphore``: LIMIT per partition, from settings
 ``django_semaphore_effective_limit``        gauge     ``semaphore``: the limit in force (a runtime override's,
                                                       else LIMIT); 0 while paused
+``django_semaphore_effective_total``        gauge     ``semaphore``: the total in force (a runtime override's,
+                                                      else TOTAL), for semaphores with TOTAL only
 ``django_semaphore_mode``                   gauge     ``semaphore``, ``mode``: 1 for the mode in force
                                                       (enforce, dry_run, off), 0 for the others
 ``django_semaphore_override``               gauge     ``semaphore``: 1 while a runtime override is in force
@@ -31,7 +33,12 @@ metric                                      type      labels and meaning
 
 The gauges are read from Redis at scrape time (one SCAN for every
 semaphore's partitions, then one status script per partition), so every
-process reports the same figures; the mode and effective limit come from the
+process reports the same figures.  A semaphore with TOTAL keeps all its
+partitions in one set of keys: the partitions its gauges count are those
+inside them that hold permits or have waiters (one more script per such
+semaphore), and ``holders`` is then the use that its total bounds.  Refusals
+for want of the total (reason "total") count in ``refusals_total`` like any
+other (reasons are no label); the mode and effective limit come from the
 runtime control every process applies (:meth:`~django_semaphore.Semaphore.effective`).
 Counters and the histogram count what this process did; under a
 multi-process server set PROMETHEUS_MULTIPROC_DIR as prometheus-client
@@ -264,6 +271,12 @@ class SemaphoreCollector(Collector):
             labels=["semaphore"],
         )
         yield GaugeMetricFamily(
+            "django_semaphore_effective_total",
+            "Permits across all partitions in force: a runtime override's total, else TOTAL "
+            "(semaphores with TOTAL only).",
+            labels=["semaphore"],
+        )
+        yield GaugeMetricFamily(
             "django_semaphore_mode",
             "1 for the mode in force (enforce, dry_run, off), 0 for the others.",
             labels=["semaphore", "mode"],
@@ -306,7 +319,10 @@ class SemaphoreCollector(Collector):
         return list(found.values())
 
     def collect(self) -> Iterable[Metric]:
-        limit, effective_limit, mode, override, holders, busiest, waiting, partitions, up = self._families()
+        families = list(self._families())
+        limit, effective_limit, effective_total, mode, override, holders, busiest, waiting, partitions, up = (
+            families
+        )
         try:
             rows = read_partitions(self.semaphores())
         except (SemaphoreError, ImproperlyConfigured) as exc:
@@ -317,6 +333,8 @@ class SemaphoreCollector(Collector):
             name = [_printable(semaphore.name)]
             limit.add_metric(name, semaphore.config.limit)
             effective_limit.add_metric(name, effective.limit)
+            if effective.total is not None:
+                effective_total.add_metric(name, effective.total)
             for each in MODES:
                 mode.add_metric([*name, each], 1 if effective.mode == each else 0)
             override.add_metric(name, 1 if effective.source == "override" else 0)
@@ -325,7 +343,7 @@ class SemaphoreCollector(Collector):
             waiting.add_metric(name, sum(s.waiting for s in statuses))
             partitions.add_metric(name, sum(1 for s in statuses if s.in_use or s.waiting))
         up.add_metric([], 0 if rows is None else 1)
-        return [limit, effective_limit, mode, override, holders, busiest, waiting, partitions, up]
+        return families
 
 
 def read_partitions(
@@ -333,15 +351,19 @@ def read_partitions(
 ) -> list[tuple[Semaphore, Effective, list[PartitionStatus]]]:
     """``(semaphore, effective, [PartitionStatus, ...])`` for each semaphore, with one SCAN for all.
 
-    The unpartitioned semaphore is always read; the partitions are those whose
-    keys Redis holds.  ``effective`` is the limit and mode in force.  Raises
+    The unpartitioned semaphore is always read (but for one with TOTAL); the
+    partitions are those whose keys Redis holds, and for a semaphore with
+    TOTAL those inside its keys that hold permits or have waiters.
+    ``effective`` is the limit, mode and total in force.  Raises
     SemaphoreBackendError if Redis fails.
     """
     found = {group.name: group.partitions for group in discovery.find(s.name for s in semaphores)}
     rows = []
     for semaphore in semaphores:
-        unpartitioned = semaphore.partition(None)
-        keys = [unpartitioned, *(k for k in found.get(semaphore.name, ()) if k.base != unpartitioned.base)]
+        keys = discovery.expand(found.get(semaphore.name, ()))
+        if semaphore.config.total is None:
+            unpartitioned = semaphore.partition(None)
+            keys = [unpartitioned, *(k for k in keys if k.base != unpartitioned.base)]
         rows.append((semaphore, semaphore.effective(), [semaphore.status(keys=k) for k in keys]))
     return rows
 

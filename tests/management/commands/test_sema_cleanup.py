@@ -209,3 +209,22 @@ def test_every_option_names_its_default():
         assert own
         for action in own:
             assert "Default:" in action.help, action.dest
+
+
+def test_a_total_name_is_cleaned_once_for_all_its_partitions(raw_redis, settings):
+    settings.SEMAPHORES = {**SEMAPHORES, "exports": {"LIMIT": 2, "TIMEOUT": 0.2, "KEY": "user", "TOTAL": 3}}
+    exports = semaphores["exports"]
+    assert exports.acquire(key="a") and exports.acquire(key="a") and exports.acquire(key="b")
+    keys = exports.partition("a")
+    wait_until_expired(raw_redis, keys)
+    lines = run_command("sema_cleanup", "--dry-run", verbosity=2)
+    assert "exports: would remove 3 expired entries from all partitions (TOTAL)." in lines
+    assert lines[-1] == "Would remove 3 expired entries from 4 semaphores."
+    lines = run_command("sema_cleanup", "--semaphore", "exports", verbosity=2)
+    assert lines == [
+        "exports: removed 3 expired entries from all partitions (TOTAL).",
+        "Removed 3 expired entries from 1 semaphores.",
+    ]
+    assert raw_redis.zcard(keys.timeouts) == 0
+    assert exports.status().in_use == 0 and exports.partitions() == []
+    assert run_command("sema_cleanup") == ["Removed 0 expired entries from 4 semaphores."]

@@ -103,7 +103,7 @@ BAD = {
         "--mode must be one of enforce, dry_run, off, not 'loud'.",
     ),
     "good limit, unknown mode": (("reports", "--limit", "1", "--mode", "2"), "--mode must be one of"),
-    "no option": (("reports",), "Nothing to do: give --limit N, --mode MODE, or --clear."),
+    "no option": (("reports",), "Nothing to do: give --limit N, --mode MODE, --total N, or --clear."),
     "clear with limit": (("reports", "--clear", "--limit", "1"), "--clear removes the whole override"),
     "clear with mode": (("reports", "--clear", "--mode", "off"), "--clear removes the whole override"),
 }
@@ -176,3 +176,95 @@ def test_from_the_command_line_with_exit_code_2(subprocess_env):
     )
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout == "reports: limit 2 -> 2, mode enforce -> dry_run (source settings -> override).\n"
+
+
+# -- --total --------------------------------------------------------------------------------
+
+WITH_TOTAL = {**SEMAPHORES, "shared": {"LIMIT": 2, "TIMEOUT": 30, "KEY": "user", "TOTAL": 8}}
+
+
+@pytest.fixture
+def with_total(settings):
+    settings.SEMAPHORES = WITH_TOTAL
+
+
+@pytest.fixture
+def total_changes():
+    """The config_changed signals sent meanwhile: (name, limit, mode, total)."""
+    seen = []
+
+    def receiver(sender, semaphore, limit, mode, total, **kwargs):
+        seen.append((semaphore.name, limit, mode, total))
+
+    signals.config_changed.connect(receiver, weak=False)
+    yield seen
+    signals.config_changed.disconnect(receiver)
+
+
+def test_total_prints_the_total_and_keeps_the_limit(with_total, stored, total_changes):
+    assert run("shared", "--total", "4") == [
+        "shared: limit 2 -> 2, mode enforce -> enforce, total 8 -> 4 (source settings -> override)."
+    ]
+    assert semaphores["shared"].effective() == Effective(2, "enforce", "override", 4)
+    assert run("shared", "--limit", "1") == [
+        "shared: limit 2 -> 1, mode enforce -> enforce, total 4 -> 4 (source override -> override)."
+    ]
+    assert run("shared", "--total", "0", "--mode", "dry_run") == [
+        "shared: limit 1 -> 1, mode enforce -> dry_run, total 4 -> 0 (source override -> override)."
+    ]
+    assert run("shared", "--clear") == [
+        "shared: limit 1 -> 2, mode dry_run -> enforce, total 0 -> 8 (source override -> settings)."
+    ]
+    assert stored() == {}
+    assert total_changes == [
+        ("shared", 2, "enforce", 4),
+        ("shared", 1, "enforce", 4),
+        ("shared", 1, "dry_run", 0),
+        ("shared", 2, "enforce", 8),
+    ]
+
+
+def test_without_total_the_output_has_no_total(with_total):
+    assert run("reports", "--limit", "2") == [
+        "reports: limit 5 -> 2, mode enforce -> enforce (source settings -> override)."
+    ]
+
+
+TOTAL_ERROR = "--total must be a whole number from 0 to 1,000,000"
+BAD_TOTAL = {
+    "negative total": (("shared", "--total", "-1"), TOTAL_ERROR),
+    "non-integer total": (("shared", "--total", "2.5"), TOTAL_ERROR),
+    "huge total": (("shared", "--total", "1000001"), TOTAL_ERROR),
+    "bad total, good limit": (("shared", "--limit", "1", "--total", "x"), TOTAL_ERROR),
+    "good total, bad mode": (("shared", "--total", "3", "--mode", "loud"), "--mode must be one of"),
+    "no TOTAL": (("reports", "--total", "3"), "--total: semaphore 'reports' has no TOTAL"),
+    "no TOTAL, with a limit": (
+        ("exports", "--total", "3", "--limit", "1"),
+        "semaphore 'exports' has no TOTAL",
+    ),
+    "clear with total": (("shared", "--clear", "--total", "1"), "--clear removes the whole override"),
+}
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_TOTAL.values(), ids=BAD_TOTAL.keys())
+def test_a_bad_total_is_a_command_error_and_writes_nothing(args, message, with_total, stored, total_changes):
+    run("shared", "--total", "5")  # an override that must survive the bad call untouched
+    before = stored()
+    with pytest.raises(CommandError) as info:
+        run(*args)
+    assert message in str(info.value)
+    assert info.value.returncode == 2
+    assert stored() == before
+    assert semaphores["shared"].effective() == Effective(2, "enforce", "override", 5)
+    assert semaphores["reports"].effective() == Effective(5, "enforce", "settings")
+    assert semaphores["exports"].effective() == Effective(1, "dry_run", "settings")
+    assert len(total_changes) == 1
+
+
+@pytest.mark.parametrize("text", HOSTILE_LIMIT_TEXTS, ids=lambda text: repr(text)[:24])
+def test_a_total_that_is_not_ascii_digits_up_to_a_million_writes_nothing(text, with_total, stored):
+    before = stored()
+    with pytest.raises(CommandError) as info:
+        run("shared", "--total", text)
+    assert TOTAL_ERROR in str(info.value) and len(str(info.value)) < 200
+    assert stored() == before

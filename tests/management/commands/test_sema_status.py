@@ -93,3 +93,59 @@ def test_ad_hoc_semaphores_in_use_are_listed_and_shown():
     assert [row[0] for row in rows[:-1]] == list(SEMAPHORES)
     assert "Partition example.com: 1 of 3 in use" in out and "dana" in out
     assert "crawler" not in [line.split()[0] for line in run_command("sema_status")[2:]]  # released
+
+
+def test_a_total_name_shows_its_total_then_its_partitions(settings):
+    settings.SEMAPHORES = {**SEMAPHORES, "exports": {"LIMIT": 2, "TIMEOUT": 30, "KEY": "user", "TOTAL": 3}}
+    exports = semaphores["exports"]
+    held = [
+        exports.acquire(key="alice", meta={"user": "alice"}),
+        exports.acquire(key="alice", meta={"user": "alice"}),
+        exports.acquire(key="bob", meta={"user": "bob", "method": "POST"}),
+    ]
+    assert all(held)
+    try:
+        rows = [line.split() for line in run_command("sema_status")[2:]]
+        out = "\n".join(run_command("sema_status", "exports"))
+        exports.override(total=4)
+        overridden = [line.split() for line in run_command("sema_status")[2:]]
+    finally:
+        exports.clear_override()
+        for lease in held:
+            lease.release()
+    mine = [row for row in rows if row[0] == "exports"]
+    assert mine == [
+        ["exports", "(total)", "3", "3", "0", "0", "enforce", "settings"],
+        ["exports", "alice", "2", "2", "0", "0", "enforce", "settings"],
+        ["exports", "bob", "2", "1", "0", "0", "enforce", "settings"],  # no room left under TOTAL
+    ]
+    assert "+" not in [row[1] for row in rows]
+    assert out.index("All partitions: 3 of 3 (TOTAL) in use, 0 waiting") < out.index("Partition alice")
+    assert "Partition alice: 2 of 2 in use, 0 waiting" in out
+    assert "Partition bob: 1 of 2 in use, 0 waiting" in out
+    assert out.index("alice") < out.index("bob") and "POST" in out
+    assert all(lease.identifier not in out for lease in held)
+    total_row = next(row for row in overridden if row[:2] == ["exports", "(total)"])
+    assert total_row[2:] == [
+        "4",
+        "3",
+        "1",
+        "0",
+        "enforce",
+        "override",
+        "(settings:",
+        "2",
+        "enforce",
+        "total",
+        "3)",
+    ]
+
+
+def test_an_idle_total_name_shows_its_total(settings):
+    settings.SEMAPHORES = {**SEMAPHORES, "exports": {"LIMIT": 2, "KEY": "user", "TOTAL": 3}}
+    rows = [line.split() for line in run_command("sema_status")[2:]]
+    assert [row for row in rows if row[0] == "exports"] == [
+        ["exports", "(total)", "3", "0", "3", "0", "enforce", "settings"]
+    ]
+    out = run_command("sema_status", "exports")
+    assert "All partitions: 0 of 3 (TOTAL) in use, 0 waiting" in out and "(no live partition)" in out
