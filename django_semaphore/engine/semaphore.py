@@ -1003,7 +1003,11 @@ def _rebuilt(lease_class: type[Lease], found: handoff.Ticket) -> Lease:
     config = handoff.config_of(found)
     if found.limit is not None:  # ad hoc: rebuilt from the ticket
         semaphore = Semaphore(
-            found.name, limit=config.limit, timeout=config.timeout, algorithm=config.algorithm
+            found.name,
+            limit=config.limit,
+            timeout=config.timeout,
+            algorithm=config.algorithm,
+            total=config.total,
         )
         config = semaphore.config
     else:

@@ -39,6 +39,11 @@ LIMIT = 2
 JOBS = Semaphore("bg-jobs", limit=LIMIT, timeout=float(os.environ.get("SEMAPHORE_CELERY_TIMEOUT", "10")))
 #: A short lease: a slot freed by expiry.
 SHORT = Semaphore("bg-short", limit=1, timeout=1.5)
+#: The fair-share tests' TOTAL (the worker's environment sets it): ``fair_job`` runs on the
+#: configured ``bg-fair`` (tests/support/settings_celery.py), ``adhoc_fair_job`` on this
+#: ad-hoc twin, both LIMIT 4 per tenant.
+FAIR_TOTAL = int(os.environ.get("SEMAPHORE_CELERY_TOTAL", "1"))
+ADHOC_FAIR = Semaphore("bg-fair-adhoc", limit=4, timeout=10, total=FAIR_TOTAL)
 RECORD_TTL = 600
 HOLD_LIMIT = 60.0  # a task never waits longer than this for its "go"
 
@@ -92,6 +97,21 @@ def _body(label, sem, partition):
 @semaphore_task(JOBS, key=lambda label, tenant=None: tenant)
 def job(label, tenant=None):
     return _body(label, JOBS, tenant)
+
+
+@app.task(name="tests.fair_job")
+@semaphore_task("bg-fair", key=lambda label, tenant: tenant)
+def fair_job(label, tenant):
+    """A tenant's job on the configured TOTAL semaphore; the holders it records are the
+    whole name's (every tenant's)."""
+    return _body(label, Semaphore("bg-fair"), None)
+
+
+@app.task(name="tests.adhoc_fair_job")
+@semaphore_task(ADHOC_FAIR, key=lambda label, tenant: tenant)
+def adhoc_fair_job(label, tenant):
+    """As ``fair_job``, on the ad-hoc TOTAL semaphore."""
+    return _body(label, ADHOC_FAIR, None)
 
 
 @app.task(name="tests.short_job")

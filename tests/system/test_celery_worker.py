@@ -125,14 +125,29 @@ def rec(key_prefix):
 def start_worker(app, subprocess_env, broker_url, tmp_path, raw_redis, rec):
     workers = []
 
-    def start(**kwargs):
-        worker = Worker(subprocess_env, tmp_path / f"worker{len(workers)}.log", raw_redis, rec, **kwargs)
+    def start(total=1, **kwargs):
+        # The session's settings, with the configured TOTAL semaphore of the fair-share tests.
+        env = {
+            **subprocess_env,
+            "DJANGO_SETTINGS_MODULE": "tests.support.settings_celery",
+            "SEMAPHORE_CELERY_TOTAL": str(total),
+        }
+        worker = Worker(env, tmp_path / f"worker{len(workers)}.log", raw_redis, rec, **kwargs)
         workers.append(worker)
         return worker.start()
 
     yield start
     for worker in workers:
         worker.stop()
+    # Messages a failed test left in the queue (re-sent parked tasks, with tickets under its key
+    # prefix) would run in the next test's worker: none survive the test.
+    client = redis.Redis.from_url(broker_url)
+    try:
+        ours = list(client.scan_iter(match=f"{QUEUE}*"))
+        if ours:
+            client.delete(*ours)
+    finally:
+        client.close()
 
 
 @pytest.fixture
@@ -472,3 +487,125 @@ def test_parked_tasks_start_within_a_second_of_a_release_after_a_worker_restart(
     print(f"\nparked task start delays after a release, worker restarted (ms): {delays}")
     assert max(delays) < ONE_SECOND_MS
     assert [r.get(timeout=20) for r in results] == ["s0", "s1"]
+
+
+#: How many tasks tenant A parks in the fair-share tests; B, C and D send one each.
+FAIR_BACKLOG = 30
+OTHERS = ("b0", "c0", "d0")
+
+
+def _fair(app, settings, kind, total):
+    """The task of a fair-share test and its semaphore, as this process sees it."""
+    if kind == "configured":
+        from tests.support.settings_celery import fair_entry
+
+        settings.SEMAPHORES = {**settings.SEMAPHORES, "bg-fair": fair_entry(total)}
+        return app.fair_job, Semaphore("bg-fair")
+    return app.adhoc_fair_job, Semaphore("bg-fair-adhoc", limit=4, timeout=10, total=total)
+
+
+def _labels(messages):
+    return [m["args"][0] for m in messages]
+
+
+@pytest.mark.parametrize("total", [1, 2])
+@pytest.mark.parametrize("kind", ["configured", "adhoc"])
+def test_a_tenants_parked_backlog_does_not_hold_up_the_other_tenants(
+    app, start_worker, raw_redis, rec, settings, kind, total
+):
+    # shared/API.md, "Fair share across partitions": Celery tasks parked on a TOTAL semaphore
+    # get the same fair share (LIMIT 4 per tenant, TOTAL 1 or 2 in all).
+    task, sem = _fair(app, settings, kind, total)
+    start_worker(total=total)
+    # Task ids only: an AsyncResult kept in a failed test's traceback is collected at exit, noisily.
+    results = {f"a{n}": task.delay(f"a{n}", "A").id for n in range(FAIR_BACKLOG)}
+    wait_until(
+        lambda: (
+            len(_starts(raw_redis, rec)) == total and len(parked(sem.partition("A"))) == FAIR_BACKLOG - total
+        ),
+        30,
+        message="TOTAL tasks of A running, the others parked",
+    )
+    a_parked = _labels(parked(sem.partition("A")))
+    for label in OTHERS:  # tenants B, C and D
+        tenant = label[0].upper()
+        results[label] = task.delay(label, tenant).id
+        wait_until(lambda t=tenant: parked(sem.partition(t)), 20, message=f"{label} parked")
+    # One set of keys for the name, but each tenant's tasks parked apart, in a list of its own.
+    for label in OTHERS:
+        assert _labels(parked(sem.partition(label[0].upper()))) == [label]
+    assert _labels(parked(sem.partition("A"))) == a_parked
+    assert len({queue_key(sem.partition(t)) for t in "ABCD"}) == 4
+    # A dispatcher of each tenant queues for a slot of the name (on its first parked task's behalf).
+    queued = {results[label] for label in (a_parked[0], *OTHERS)}
+    wait_until(lambda: queued <= {w.meta.get("task_id") for w in sem.waiters()}, 20, message="4 dispatchers")
+
+    sent_at = len(_starts(raw_redis, rec))  # the others are parked: the starts from here on count
+    everyone = len(results)
+    for released in range(1, everyone + 1):  # end the oldest running task: its slot goes on
+        raw_redis.set(rec(f"go:{_starts(raw_redis, rec)[released - 1][0]}"), "1", ex=600)
+        expected = min(released + total, everyone)
+        wait_until(
+            lambda n=expected: len(_starts(raw_redis, rec)) >= n, 20, interval=0.005, message="a start"
+        )
+        assert len(_starts(raw_redis, rec)) <= released + total  # never more than TOTAL at once
+    assert all(app.app.AsyncResult(i).get(timeout=30) == label for label, i in results.items())
+
+    starts = _starts(raw_redis, rec)
+    after = [label for label, *_ in starts[sent_at:]]
+    a_before = {label: sum(1 for x in after[: after.index(label)] if x[0] == "a") for label in OTHERS}
+    print(
+        f"\nTOTAL {total} ({kind}): starts after B, C and D parked: {after[:6]}...; "
+        f"positions {[after.index(label) for label in OTHERS]}, A's tasks started before each {a_before}"
+    )
+    # Round robin: B, C and D (never served) before A (served last) again; at most one of A's
+    # 30 ahead of each (a dispatcher between two of its WAITs misses a turn), not all of them.
+    assert max(a_before.values()) <= 1
+    assert [label for label in after if label.startswith("a")] == a_parked  # A's in their order
+    # Every task ran exactly once, with its own slot, never more than TOTAL at once.
+    assert sorted(label for label, *_ in starts) == sorted(results)
+    assert sorted(raw_redis.lrange(rec("ends"), 0, -1)) == sorted(label.encode() for label in results)
+    assert all(own and holders <= total for _, _, holders, own in starts)
+    assert int(raw_redis.get(rec("peak"))) <= total
+    wait_until(lambda: sem.holders() == [], 10, message="every slot released")
+    assert sem.available() == total and all(parked(sem.partition(t)) == [] for t in "ABCD")
+
+
+def test_more_tenants_than_a_dispatcher_queues_for_take_turns(app, start_worker, raw_redis, rec, settings):
+    # A worker's dispatcher queues for MAX_WAITING (32) partitions at a time. With 32 tenants
+    # with a backlog each, a 33rd used to wait until one of them had sent all of its parked
+    # tasks (here 2 grants each: 64); it waits one grant per other waiting tenant at most.
+    from django_semaphore.contrib.celery import MAX_WAITING
+
+    task, sem = _fair(app, settings, "configured", 1)
+    start_worker(total=1)
+    tenants, each = [f"t{n:02}" for n in range(MAX_WAITING)], 3
+    results = {f"{t}-{n}": task.delay(f"{t}-{n}", t).id for n in range(each) for t in tenants}
+    wait_until(
+        lambda: sum(len(parked(sem.partition(t))) for t in tenants) == len(results) - 1,
+        30,
+        message="one running, the others parked",
+    )
+    wait_until(lambda: len(sem.waiters()) == MAX_WAITING, 20, message="the dispatcher queues for 32 tenants")
+    results["z"] = task.delay("z", "Z").id
+    wait_until(lambda: parked(sem.partition("Z")), 20, message="z parked")
+
+    for released in range(1, len(results) + 1):  # end the running task: its slot goes on
+        raw_redis.set(rec(f"go:{_starts(raw_redis, rec)[released - 1][0]}"), "1", ex=600)
+        expected = min(released + 1, len(results))
+        wait_until(
+            lambda n=expected: len(_starts(raw_redis, rec)) >= n, 20, interval=0.005, message="a start"
+        )
+        assert len(_starts(raw_redis, rec)) <= released + 1
+    assert all(app.app.AsyncResult(i).get(timeout=30) == label for label, i in results.items())
+
+    starts = _starts(raw_redis, rec)
+    after = [label for label, *_ in starts[1:]]
+    print(f"\n{MAX_WAITING} tenants with {each} tasks each, then Z with 1: Z started at {after.index('z')}")
+    assert after.index("z") <= MAX_WAITING
+    for t in tenants:  # each tenant's in the order they were sent
+        assert [label for label, *_ in starts if label.startswith(t)] == [f"{t}-{n}" for n in range(each)]
+    assert sorted(label for label, *_ in starts) == sorted(results)
+    assert all(own and holders <= 1 for _, _, holders, own in starts)
+    assert int(raw_redis.get(rec("peak"))) == 1
+    wait_until(lambda: sem.holders() == [], 10, message="every slot released")

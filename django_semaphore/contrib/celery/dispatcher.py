@@ -10,6 +10,10 @@ revoked, is sent without a slot: the worker revokes it, as Celery does.
 
 Every Celery worker runs a :class:`Dispatcher` in its main process
 (``worker_ready``); a task that ends dispatches its partition itself, at once.
+When more partitions have parked tasks than it queues for at a time
+(:data:`MAX_WAITING`), its waiting threads take turns: each leaves after one
+task sent, and the partition whose turn is oldest queues next, so that a TOTAL
+name's freed permits still go round all of its partitions.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from celery import current_app
@@ -40,7 +44,8 @@ LOCK_MS = 1_500
 KEEP_EVERY = 0.25
 #: Seconds a dispatcher thread queues for a slot at a time (then it looks at the list again).
 WAIT = 5.0
-#: Partitions that get a waiting dispatcher thread each, per process; more are polled.
+#: Partitions that get a waiting dispatcher thread each at a time, per process; beyond
+#: that, the partitions take turns (one task sent each) and the others are polled.
 MAX_WAITING = 32
 
 
@@ -57,8 +62,12 @@ def dispatch(semaphore: Semaphore, key: str | None, app: Any = None, wait: float
     return _dispatch(semaphore, key, app, wait)[0]
 
 
-def _dispatch(semaphore: Semaphore, key: str | None, app: Any, wait: float) -> tuple[int, bool]:
-    """:func:`dispatch`: (how many were sent, whether a *waiting* dispatcher holds the partition)."""
+def _dispatch(
+    semaphore: Semaphore, key: str | None, app: Any, wait: float, more: Callable[[], bool] | None = None
+) -> tuple[int, bool]:
+    """:func:`dispatch`: (how many were sent, whether a *waiting* dispatcher holds the partition).
+
+    ``more``: asked after each task sent, whether to go on with the next (None: yes)."""
     keys = semaphore.partition(key)
     if not parking.count(keys):
         return 0, False
@@ -75,12 +84,14 @@ def _dispatch(semaphore: Semaphore, key: str | None, app: Any, wait: float) -> t
             return 0, seen.startswith("w:")  # another is at it
     try:
         with _kept(lock, token, wait):
-            return _send_parked(semaphore, key, app, wait, token), False
+            return _send_parked(semaphore, key, app, wait, token, more), False
     finally:
         store.script(store.UNLOCK, (lock,), token)
 
 
-def _send_parked(semaphore: Semaphore, key: str | None, app: Any, wait: float, token: str) -> int:
+def _send_parked(
+    semaphore: Semaphore, key: str | None, app: Any, wait: float, token: str, more: Callable[[], bool] | None
+) -> int:
     keys = semaphore.partition(key)
     queue, lock = store.queue_key(keys), store.lock_key(keys)
     sent = 0
@@ -109,6 +120,8 @@ def _send_parked(semaphore: Semaphore, key: str | None, app: Any, wait: float, t
                 raise
         store.script(store.POP_IF_HEAD, (queue,), head)
         sent += 1
+        if more is not None and not more():
+            return sent
 
 
 @contextlib.contextmanager
@@ -178,12 +191,29 @@ class Dispatcher:
     of its own (up to :data:`MAX_WAITING`) that queues for a slot on the first
     parked task's behalf, so a release anywhere wakes it at once.  Partitions
     beyond the cap are dispatched by the poll itself, without waiting.
+
+    With more partitions than that, the threads take turns: each leaves once
+    it has sent a task (or finds another process queueing for its partition),
+    and the partitions whose thread started longest ago (or never) get the
+    free threads first.  Otherwise the first :data:`MAX_WAITING` partitions
+    found would keep them: under TOTAL, where the name's freed permits go to
+    its waiters, the partitions beyond would wait for all of their parked
+    tasks to be sent first.
     """
 
     def __init__(self, app: Any = None, interval: float = POLL_INTERVAL) -> None:
         self.app = app
         self.interval = interval
         self._waiting: dict[str, threading.Thread] = {}
+        #: When each partition's last waiting thread started (a count of starts).
+        self._turns: dict[str, int] = {}
+        self._started = 0
+        #: (registry field, semaphore, partition value) of each partition with parked
+        #: tasks, as the last poll found them.
+        self._found: list[tuple[str, Semaphore, str | None]] = []
+        #: More partitions with parked tasks than MAX_WAITING, at the last poll: take turns.
+        self._crowded = False
+        self._lock = threading.Lock()  # the poll runs in the main thread and in a thread that leaves
         self._stop = threading.Event()
         self.thread = threading.Thread(
             target=self._run, name="django-semaphore-celery-dispatcher", daemon=True
@@ -233,40 +263,92 @@ class Dispatcher:
             return None
 
     def _poll(self) -> None:
-        self._waiting = {field: t for field, t in self._waiting.items() if t.is_alive()}
-        for field, semaphore, key in parking.parked_partitions():
-            if field in self._waiting:
-                continue
-            if len(self._waiting) >= MAX_WAITING:
-                dispatch(semaphore, key, self.app)
-                continue
-            thread = threading.Thread(
-                target=self._wait_on,
-                args=(semaphore, key),
-                name="django-semaphore-celery-waiter",
-                daemon=True,
-            )
-            self._waiting[field] = thread
-            thread.start()
+        found = list(parking.parked_partitions())
+        with self._lock:
+            self._found = found
+            self._crowded = len(found) > MAX_WAITING
+            fields = {field for field, _, _ in found}
+            self._turns = {field: n for field, n in self._turns.items() if field in fields}
+        for semaphore, key in self._fill():
+            dispatch(semaphore, key, self.app)
 
-    def _wait_on(self, semaphore: Semaphore, key: str | None) -> None:
-        """Queue for slots of one partition while it has parked tasks."""
+    def _fill(self) -> list[tuple[Semaphore, str | None]]:
+        """Start waiting threads for the partitions the last poll found, those whose turn is
+        oldest first (never: first of all; then as found), up to MAX_WAITING at a time; the
+        partitions left without one (no Redis call: a thread that leaves starts the next)."""
+        left = []
+        with self._lock:
+            self._waiting = {field: t for field, t in self._waiting.items() if t.is_alive()}
+            for field, semaphore, key in sorted(self._found, key=lambda item: self._turns.get(item[0], -1)):
+                if field in self._waiting:
+                    continue
+                if len(self._waiting) >= MAX_WAITING:
+                    left.append((semaphore, key))
+                    continue
+                thread = threading.Thread(
+                    target=self._wait_on,
+                    args=(field, semaphore, key),
+                    name="django-semaphore-celery-waiter",
+                    daemon=True,
+                )
+                self._started += 1
+                self._turns[field] = self._started
+                self._waiting[field] = thread
+                thread.start()
+        return left
+
+    def _wait_on(self, field: str, semaphore: Semaphore, key: str | None) -> None:
+        """Queue for slots of one partition while it has parked tasks (or until its turn ends)."""
+        outcome = _FAILED
+        try:
+            outcome = self._serve(semaphore, key)
+        finally:
+            with self._lock:
+                if self._waiting.get(field) is threading.current_thread():
+                    del self._waiting[field]
+                if outcome != _TURN_OVER:  # no thread for it again before a poll finds it
+                    self._found = [item for item in self._found if item[0] != field]
+        if outcome != _FAILED and self._crowded and not self._stop.is_set():
+            try:
+                self._fill()  # the next partition's turn starts now, not at the next poll
+            except Exception:
+                logger.exception("Unexpected error dispatching parked tasks")
+
+    def _serve(self, semaphore: Semaphore, key: str | None) -> str:
+        """:meth:`_wait_on`'s loop: how it ended (:data:`_TURN_OVER`: to let another partition
+        take its turn; :data:`_EMPTY`; :data:`_FAILED`, or stopped)."""
         keys = semaphore.partition(key)
         while not self._stop.is_set():
             try:
-                _, waited_on = _dispatch(semaphore, key, self.app, WAIT)
+                sent, waited_on = _dispatch(semaphore, key, self.app, WAIT, self._alone)
                 if not parking.count(keys):
-                    return
+                    return _EMPTY
             except SemaphoreBackendError as exc:
                 logger.warning("Could not dispatch parked tasks: %s", exc)
-                return  # the poll starts another
+                return _FAILED  # the poll starts another
             except Exception:
                 logger.exception("Unexpected error dispatching parked tasks")
-                return
+                return _FAILED
+            if self._crowded and sent:
+                return _TURN_OVER  # served: the others' turn
             # Another process's dispatcher queues for this partition: look again soon
-            # (a dead one's lock lapses within LOCK_MS).  One that only looks (a task
-            # that just parked or ended) is done in a few milliseconds.
+            # (a dead one's lock lapses within LOCK_MS); when partitions wait for a turn,
+            # leave it to that one then.  One that only looks (a task that just parked or
+            # ended) is done in a few milliseconds.
             self._stop.wait(self.interval if waited_on else 0.01)
+            if self._crowded and waited_on:
+                return _TURN_OVER
+        return _FAILED
+
+    def _alone(self) -> bool:
+        """Whether a waiting thread goes on after a task it sent (no other partition waits for a turn)."""
+        return not self._crowded
+
+
+# How a waiting thread ended (Dispatcher._serve).
+_TURN_OVER = "turn over"  # it sent a task, or another process queues for its partition
+_EMPTY = "empty"  # no parked task left there
+_FAILED = "failed"  # an error, or the dispatcher stopped
 
 
 _dispatcher: Dispatcher | None = None

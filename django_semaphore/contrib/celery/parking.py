@@ -133,7 +133,8 @@ def _pairs(registry: str) -> Iterator[tuple[str, str]]:
 
 
 def parked_partitions() -> Iterator[tuple[str, Semaphore, str | None]]:
-    """(keys' base, semaphore, partition value) of every partition with parked tasks.
+    """(the partition's keys' :attr:`~PartitionKeys.own` start, semaphore, partition value) of
+    every partition with parked tasks (each partition of a TOTAL name on its own).
 
     Partitions found empty are forgotten on the way.
     """

@@ -1,7 +1,10 @@
 """The Redis keys of ``semaphore_task`` and the calls that reach them.
 
 Every key is under SEMAPHORE_KEY_PREFIX; those of one partition share its
-cluster hash tag (one slot):
+cluster hash tag (one slot).  ``<partition>`` is the start of the partition's
+own keys (:attr:`PartitionKeys.own <django_semaphore.backend.keys.PartitionKeys.own>`):
+each partition of a TOTAL name, whose semaphore keys are the whole name's,
+has its own parked tasks, dispatcher lock and runs.
 
 * ``<partition>celery:q``: a LIST of the tasks parked there, oldest first;
 * ``<partition>celery:l``: the partition's dispatcher now (a lock);

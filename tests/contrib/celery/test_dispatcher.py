@@ -9,7 +9,14 @@ pytest.importorskip("celery")
 from django_semaphore import Semaphore
 from django_semaphore.contrib.celery import dispatcher, parking, store
 from django_semaphore.engine.semaphore import Lease
-from tests.contrib.celery.support import Outbox, message
+from tests.contrib.celery.support import (
+    Outbox,
+    message,
+    park,
+    parked_ids,
+    run_in_turn,
+    total_semaphore,
+)
 from tests.support.helpers import wait_until
 
 pytestmark = pytest.mark.usefixtures("backend")
@@ -146,3 +153,132 @@ def test_a_dead_process_lock_on_this_host_is_taken_over_at_once(backend_redis):
     assert backend_redis.get(lock).decode().startswith("w:other-host:")
     backend_redis.delete(lock)
     assert dispatcher.dispatch(sem, None, outbox) == 1  # the slot was free all along
+
+
+def test_a_dispatcher_of_one_partition_sends_only_its_own_tasks():
+    sem = Semaphore("cel-total-own", limit=4, timeout=30, total=2)
+    park(sem, "A", "a0")
+    park(sem, "B", "b0")
+    outbox = Outbox()
+    assert dispatcher.dispatch(sem, "A", outbox) == 1
+    assert [m["id"] for m in outbox.sent] == ["id-a0"]
+    assert parked_ids(sem, "B") == ["id-b0"]  # B's list untouched by A's dispatcher
+    assert dispatcher.dispatch(sem, "B", outbox) == 1
+    assert [m["id"] for m in outbox.sent] == ["id-a0", "id-b0"]
+    leases = [Lease.adopt(m["kwargs"][dispatcher.PARKED_KWARG]) for m in outbox.sent]
+    assert [lease.key for lease in leases] == ["A", "B"]
+    assert sem.available() == 0  # the TOTAL of 2 is held
+    park(sem, "C", "c0")
+    assert dispatcher.dispatch(sem, "C", outbox) == 0  # C's partition has room, the name has none
+    assert parked_ids(sem, "C") == ["id-c0"]
+    for lease in leases:
+        lease.release()
+
+
+@pytest.mark.parametrize("total", [1, 2])
+@pytest.mark.parametrize("kind", ["configured", "adhoc"])
+def test_a_tenants_backlog_of_parked_tasks_does_not_hold_up_the_others(settings, kind, total):
+    sem = total_semaphore(settings, kind, "cel-total-fair", total)
+    backlog, others = 30, ("B", "C", "D")
+    held = [sem.acquire("A") for _ in range(total)]  # A's first runs
+    for n in range(backlog):
+        park(sem, "A", f"a{n}")
+    outbox = Outbox()
+    thread = dispatcher.Dispatcher(outbox).start()
+    try:
+        wait_until(lambda: [w.meta["task_id"] for w in sem.waiters("A")] == ["id-a0"], 5, message="A queued")
+        for tenant in others:
+            park(sem, tenant, f"{tenant.lower()}0")
+        wait_until(lambda: len(sem.waiters()) == 4, 5, message="B, C and D queued")
+        for lease in held:
+            lease.release()
+        order, peak = run_in_turn(sem, outbox, backlog + len(others), total)
+    finally:
+        thread.stop()
+    firsts = order[: len(others)]
+    print(f"\nTOTAL {total} ({kind}): sent in order {order[:6]}...")
+    # Round robin between the partitions: B, C and D (never served) before A (served last).
+    assert sorted(firsts) == ["id-b0", "id-c0", "id-d0"]
+    assert sorted(order) == sorted([f"id-a{n}" for n in range(backlog)] + firsts)  # each once
+    assert order[len(others) :] == [f"id-a{n}" for n in range(backlog)]  # A's in arrival order
+    assert peak <= total
+    assert all(parking.parked(sem.partition(t)) == [] for t in ("A", *others))
+    assert sem.available() == total
+
+
+def test_more_partitions_than_waiting_threads_take_turns(settings, monkeypatch):
+    # A process queues for MAX_WAITING partitions at a time (32): the partitions beyond
+    # used to wait until those had sent all of their parked tasks.
+    monkeypatch.setattr(dispatcher, "MAX_WAITING", 2)
+    sem = total_semaphore(settings, "configured", "cel-total-turns", 1)
+    held = sem.acquire("A")
+    backlogs = {"A": 10, "B": 10, "C": 1, "D": 1, "E": 1}
+    for tenant, count in backlogs.items():
+        for n in range(count):
+            park(sem, tenant, f"{tenant.lower()}{n}")
+    outbox = Outbox()
+    thread = dispatcher.Dispatcher(outbox).start()
+    try:
+        wait_until(lambda: len(sem.waiters()) == 2, 5, message="two partitions queued")
+        held.release()
+        order, peak = run_in_turn(sem, outbox, sum(backlogs.values()), 1)
+    finally:
+        thread.stop()
+    positions = {task_id: order.index(task_id) for task_id in ("id-c0", "id-d0", "id-e0")}
+    print(f"\n5 partitions, 2 waiting threads: sent in order {order[:8]}...; C, D, E at {positions}")
+    assert max(positions.values()) < 8  # not after A's and B's backlogs (20 tasks)
+    for tenant, count in backlogs.items():  # each once, each tenant's in arrival order
+        assert [i for i in order if i.startswith(f"id-{tenant.lower()}")] == [
+            f"id-{tenant.lower()}{n}" for n in range(count)
+        ]
+    assert peak == 1 and sem.available() == 1
+
+
+def test_a_configured_total_name_parks_apart_and_shares(settings):
+    sem = total_semaphore(settings, "configured", "cel-total-conf", 1)
+    held = sem.acquire("A")
+    for n in range(3):
+        parking.park(sem, "A", message(sem, "A", f"a{n}"))
+    parking.park(sem, "B", message(sem, "B", "b0"))
+    assert parked_ids(sem, "A") == ["id-a0", "id-a1", "id-a2"] and parked_ids(sem, "B") == ["id-b0"]
+    found = {key: s for _, s, key in parking.parked_partitions()}
+    assert sorted(found) == ["A", "B"] and all(not s.ad_hoc and s.name == sem.name for s in found.values())
+    outbox = Outbox()
+    assert dispatcher.dispatch_all(outbox) == 0  # the TOTAL of 1 is held
+    held.release()
+    assert dispatcher.dispatch(sem, "B", outbox) == 1  # B's first grant
+    (sent,) = outbox.sent
+    lease = Lease.adopt(sent["kwargs"][dispatcher.PARKED_KWARG])
+    assert (sent["id"], lease.key, sem.available()) == ("id-b0", "B", 0)
+    assert dispatcher.dispatch(sem, "A", outbox) == 0  # A's partition has room, the name has none
+    lease.release()
+    assert dispatcher.dispatch(sem, "A", outbox) == 1
+    Lease.adopt(outbox.sent[-1]["kwargs"][dispatcher.PARKED_KWARG]).release()
+
+
+def test_taking_turns_never_spins(settings, backend_redis, monkeypatch):
+    # Crowded (more partitions than waiting threads), a thread that leaves starts the next
+    # partition's at once: never in a loop without a grant in between.
+    monkeypatch.setattr(dispatcher, "MAX_WAITING", 1)
+    sem = Semaphore("cel-turns-spin", limit=1, timeout=30)
+    for key in ("x", "y"):
+        park(sem, key, key)
+    outbox = Outbox()
+    turns = dispatcher.Dispatcher(outbox, interval=0.2).start()
+    try:
+        # Each sends its one task and leaves; the emptied partitions get no thread again.
+        wait_until(lambda: len(outbox.sent) == 2, 5, message="both sent")
+        wait_until(lambda: not turns._found and not turns._waiting, 5, message="nothing left to serve")
+        assert turns._started <= 4
+        # Partitions that other processes queue for: each thread looks, waits an interval, leaves.
+        for key in ("x", "y"):
+            park(sem, key, f"{key}2")
+            backend_redis.set(store.lock_key(sem.partition(key)), "w:other-host:1:x", px=60_000)
+        started, t0 = turns._started, time.monotonic()
+        wait_until(lambda: turns._started >= started + 4, 5, message="four turns")
+        assert time.monotonic() - t0 >= 3 * 0.2 * 0.9  # one an interval, not a spin
+        assert len(outbox.sent) == 2
+    finally:
+        turns.stop()
+    for m in outbox.sent:
+        Lease.adopt(m["kwargs"][dispatcher.PARKED_KWARG]).release()

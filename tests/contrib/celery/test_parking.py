@@ -6,7 +6,7 @@ pytest.importorskip("celery")
 
 from django_semaphore import Semaphore, SemaphoreBackendError
 from django_semaphore.contrib.celery import parking, store
-from tests.contrib.celery.support import message
+from tests.contrib.celery.support import message, park, parked_ids
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -36,3 +36,30 @@ def test_every_key_has_a_ttl_that_a_park_never_shortens(backend_redis):
     assert backend_redis.pttl(store.registry_key()) > 24 * 3600 * 1000  # still the long one's
     assert backend_redis.pttl(store.queue_key(long.partition())) > 24 * 3600 * 1000
     assert 0 < backend_redis.pttl(store.queue_key(short.partition())) <= 24 * 3600 * 1000
+
+
+def test_each_partition_of_a_total_name_parks_apart(backend_redis):
+    sem = Semaphore("cel-total-park", limit=4, timeout=30, total=1)
+    for n in range(3):
+        park(sem, "A", f"a{n}")
+    park(sem, "B", "b0")
+    park(sem, "C", "c0")
+    keys = {tenant: sem.partition(tenant) for tenant in ("A", "B", "C")}
+    # One set of Redis keys for the name, but a list, a lock and runs of each partition's own,
+    # all in the name's hash slot.
+    assert len({k.base for k in keys.values()}) == 1 and len({k.own for k in keys.values()}) == 3
+    assert len({store.queue_key(k) for k in keys.values()}) == 3
+    assert len({store.lock_key(k) for k in keys.values()}) == 3
+    assert len({store.run_key(k, "same-id") for k in keys.values()}) == 3
+    tag = keys["A"].base[keys["A"].base.index("{") : keys["A"].base.index("}") + 1]
+    assert all(tag in store.queue_key(k) and tag in store.lock_key(k) for k in keys.values())
+    assert parked_ids(sem, "A") == ["id-a0", "id-a1", "id-a2"]
+    assert parked_ids(sem, "B") == ["id-b0"] and parked_ids(sem, "C") == ["id-c0"]
+    assert parking.parked(sem.partition("D")) == []
+    # The registry names each partition, and rebuilds the ad-hoc semaphore with its TOTAL.
+    found = {key: (field, s) for field, s, key in parking.parked_partitions()}
+    assert sorted(found) == ["A", "B", "C"]
+    for tenant, (field, rebuilt) in found.items():
+        assert field == keys[tenant].own
+        assert rebuilt.config.total == 1 and rebuilt.partition(tenant) == keys[tenant]
+    assert backend_redis.hlen(store.registry_key()) == 3

@@ -1,5 +1,6 @@
 """contrib.celery.task: semaphore_task outside a worker (direct and eager calls), annotate."""
 
+import threading
 import time
 
 import pytest
@@ -12,9 +13,11 @@ from celery.exceptions import Ignore
 
 from django_semaphore import Semaphore, SemaphoreFull
 from django_semaphore.contrib import celery as sc
-from django_semaphore.contrib.celery import parking, task
+from django_semaphore.contrib.celery import dispatcher, parking, task
 from django_semaphore.engine import guards
-from tests.contrib.celery.support import Outbox
+from django_semaphore.engine.semaphore import Lease
+from tests.contrib.celery.support import Outbox, park, total_semaphore
+from tests.support.helpers import wait_until
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -190,3 +193,27 @@ def test_in_a_worker_wait_none_waits_the_entrys_wait_before_parking(wait, least,
         assert parking.count(sem.partition(None)) == 1  # parked after waiting
     finally:
         held.release()
+
+
+@pytest.mark.parametrize("kind", ["configured", "adhoc"])
+def test_a_parked_tasks_slot_is_adopted_and_given_back_under_total(settings, kind):
+    # What a parked task's run does with the ticket its message carries (task._take), on a
+    # semaphore_task(Semaphore(..., total=1)) as on a configured TOTAL name.
+    sem = total_semaphore(settings, kind, "cel-total-adopt", 1)
+    park(sem, "A", "a0")
+    outbox = Outbox()
+    assert dispatcher.dispatch(sem, "A", outbox) == 1
+    lease = Lease.adopt(outbox.sent[0]["kwargs"][dispatcher.PARKED_KWARG], meta={"task_id": "id-a0"})
+    got = []
+    waiters = [threading.Thread(target=lambda k=k: got.append(sem.acquire(k, wait=10))) for k in ("B", "C")]
+    for thread in waiters:
+        thread.start()
+    wait_until(lambda: len(sem.waiters()) == 2, 5, message="B and C queued")
+    assert lease.release()  # the task's run ends: its one permit goes to B or C, not both
+    wait_until(lambda: got, 5, message="one granted")
+    assert len(sem.holders()) == 1 and len(sem.waiters()) == 1
+    assert lease.config.total == 1
+    got[0].release()
+    for thread in waiters:
+        thread.join(10)
+    assert len(got) == 2 and got[1].release() and sem.available() == 1

@@ -206,8 +206,9 @@ def test_a_handed_off_lease_of_an_ad_hoc_total_semaphore_is_released_by_its_adop
     assert adopted.keys.part == sem.partition("a").part
     assert sem.acquire(key="b") is None
     assert adopted.refresh()
+    assert adopted.semaphore.config.total == 1
     assert adopted.release()
-    assert sem.available("b") == 1
+    assert sem.available("a") == 1 and sem.available("b") == 1  # the partition's count too
     assert sem.acquire(key="b") is not None
 
 
