@@ -498,3 +498,37 @@ local function hold_estimate(ahead, limit)
   local mean = (packed - n) / HOLD_SCALE / n
   return math.ceil((ahead + 1) / limit) * mean
 end
+
+-- A refused caller's Retry-After estimate (ms) and when it should look again
+-- at the latest (ms): the estimate comes from the recent hold times and the
+-- `ahead` waiters before it (rounds of `limit`), never later than the earliest
+-- lease expiry (a permit is free then at the latest); a `queued` waiter also
+-- looks again when the earliest ticket deadline passes (a woken waiter's claim
+-- window ending pushes no wake-up).
+local function refusal_times(now, lease, ahead, permits, limit, queued)
+  local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local until_expiry = lease
+  if first[2] then until_expiry = tonumber(first[2]) - now end
+  local estimate = hold_estimate(ahead + permits - 1, limit)
+  if not estimate or estimate > until_expiry then estimate = until_expiry end
+  local recheck = until_expiry
+  if queued then
+    local soonest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+    if soonest[2] and tonumber(soonest[2]) - now < recheck then recheck = tonumber(soonest[2]) - now end
+  end
+  return math.ceil(estimate), recheck
+end
+
+-- A retried acquire (the same identifier `id`) that already holds its permits
+-- (a live lease and its record) gets them again: the acquire's grant reply
+-- (see acquire.lua), or nil.
+local function held_again(id, now)
+  local expiry = redis.call('ZSCORE', KEYS[1], id)
+  if expiry and tonumber(expiry) > now then
+    local rec = redis.call('HGET', KEYS[3], id)
+    if rec then
+      local token, acquired = string.match(rec, '^(%d+):(%d+):')
+      return {1, token, tonumber(acquired), tonumber(expiry), 0, redis.call('HGET', KEYS[3], '@' .. id) or ''}
+    end
+  end
+end

@@ -70,22 +70,10 @@ local function flag_waiters(queued)
   end
 end
 
--- A retried acquire (same identifier) that already got its slots gets them again.
-local function held_again()
-  local held = redis.call('ZSCORE', KEYS[1], id)
-  if held and tonumber(held) > now then
-    local rec = redis.call('HGET', KEYS[3], id)
-    if rec then
-      local token, acquired = string.match(rec, '^(%d+):(%d+):')
-      return {1, token, tonumber(acquired), tonumber(held), 0, redis.call('HGET', KEYS[3], '@' .. id) or ''}
-    end
-  end
-end
-
 -- A waiter granted its permits by a release (direct grant) whose wake-up it
 -- missed gets them here: it is a holder already, no longer in the queue.
 if ticket > 0 then
-  local again = held_again()
+  local again = held_again(id, now)
   if again then
     if KEYS[8] then redis.call('DEL', KEYS[8]) end
     return again
@@ -160,7 +148,7 @@ local over = 0
 local fits = limit - used - needed_ahead >= permits
 if not fits and dry then
   -- A dry run: nobody is refused; say whether enforcing would have.
-  local again = held_again()
+  local again = held_again(id, now)
   if again then return again end
   over = 1
 end
@@ -169,7 +157,7 @@ if fits or over == 1 then
   -- NX: an identifier already present is a retry (or an expired entry not
   -- purged yet: replaced, and its permits given back first).
   if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 0 then
-    local again = held_again()
+    local again = held_again(id, now)
     if again then return again end
     drop_record(id)
     count()
@@ -191,7 +179,7 @@ if fits or over == 1 then
   return result
 end
 
-local again = held_again()
+local again = held_again(id, now)
 if again then return again end
 
 -- Refused: releases record their hold times for a while, so that this
@@ -235,20 +223,6 @@ if ticket > 0 then
   lengthen(KEYS[6], keep)
 end
 
-local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-local until_expiry = lease
-if first[2] then until_expiry = tonumber(first[2]) - now end
--- Retry-After: from the recent hold times and the queue ahead, never later
--- than the earliest expiry (a slot is free then at the latest).
-local estimate = hold_estimate(ahead + permits - 1, limit)
-if not estimate or estimate > until_expiry then estimate = until_expiry end
-out[2] = math.ceil(estimate)
-local recheck = until_expiry
-if ticket > 0 then
-  -- The earliest ticket deadline: a woken waiter's claim window ending.
-  local soonest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-  if soonest[2] and tonumber(soonest[2]) - now < recheck then recheck = tonumber(soonest[2]) - now end
-end
-out[4] = recheck
+out[2], out[4] = refusal_times(now, lease, ahead, permits, limit, ticket > 0)
 flag_waiters(ticket > 0 or waiting > 0)
 return out

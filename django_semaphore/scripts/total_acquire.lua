@@ -53,20 +53,8 @@ end
 
 -- (the rest of the script)
 
--- A retried acquire (same identifier) that already got its slots gets them again.
-local function held_again()
-  local expiry = redis.call('ZSCORE', KEYS[1], id)
-  if expiry and tonumber(expiry) > now then
-    local rec = redis.call('HGET', KEYS[3], id)
-    if rec then
-      local token, acquired = string.match(rec, '^(%d+):(%d+):')
-      return {1, token, tonumber(acquired), tonumber(expiry), 0, redis.call('HGET', KEYS[3], '@' .. id) or ''}
-    end
-  end
-end
-
 if ticket > 0 then
-  local again = held_again()
+  local again = held_again(id, now)
   if again then
     if KEYS[8] then redis.call('DEL', KEYS[8]) end
     return again
@@ -99,7 +87,7 @@ end
 local function admit(over, out)
   local expires = now + lease
   if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 0 then
-    local again = held_again()
+    local again = held_again(id, now)
     if again then return again end
     drop_record(id)
     counts()
@@ -193,19 +181,5 @@ if ticket > 0 then
 end
 flag_waiters(keep)
 
-local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-local until_expiry = lease
-if first[2] then until_expiry = tonumber(first[2]) - now end
--- Retry-After: from the recent hold times and the queue ahead, never later
--- than the earliest expiry.
-local estimate = hold_estimate(ahead + permits - 1, math.min(limit, total))
-if not estimate or estimate > until_expiry then estimate = until_expiry end
-out[2] = math.ceil(estimate)
-local recheck = until_expiry
-if ticket > 0 then
-  -- The earliest ticket deadline: a woken waiter's claim window ending.
-  local soonest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-  if soonest[2] and tonumber(soonest[2]) - now < recheck then recheck = tonumber(soonest[2]) - now end
-end
-out[4] = recheck
+out[2], out[4] = refusal_times(now, lease, ahead, permits, math.min(limit, total), ticket > 0)
 return out
