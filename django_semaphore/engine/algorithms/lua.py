@@ -42,17 +42,7 @@ class Lua:
         over-limit marker in the same reply (one round trip, as always).
         ``slots``: give the holder slot numbers (SLOTS); without them the slot
         bitmap is never touched."""
-        ticket_ms = request.ticket_ms
-        script_keys = keys.main + (keys.wake(request.identifier),) if ticket_ms else keys.main
-        args: tuple[Any, ...] = (
-            limit,
-            request.timeout_ms,
-            request.identifier,
-            request.meta_json,
-            ticket_ms,
-            ticket,
-            "1" if request.dry_run else "",
-        )
+        script_keys, args = acquire_call(keys, limit, request, ticket)
         max_waiters = request.max_waiters
         if request.permits != 1 or request.priority != 0 or max_waiters is not None or request.slots:
             # The script's defaults otherwise: fewer arguments to send and parse.
@@ -97,6 +87,25 @@ class Lua:
     def clock(self) -> str:
         """``""``: expiries are written on the server's clock."""
         return ""
+
+
+def acquire_call(
+    keys: PartitionKeys, limit: int, request: AcquireRequest, ticket: str
+) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """The KEYS and the first ARGV (up to the dry-run flag) that acquire.lua and
+    total_acquire.lua both take: a waiter's call adds its wake-up list."""
+    ticket_ms = request.ticket_ms
+    script_keys = keys.main + (keys.wake(request.identifier),) if ticket_ms else keys.main
+    args = (
+        limit,
+        request.timeout_ms,
+        request.identifier,
+        request.meta_json,
+        ticket_ms,
+        ticket,
+        "1" if request.dry_run else "",
+    )
+    return script_keys, args
 
 
 def wake(keys: PartitionKeys, reply: Any, start: int) -> Operation[None]:

@@ -20,7 +20,7 @@ from typing import Any
 from ...backend.keys import PartitionKeys
 from ...backend.scripting import LuaScript, Operation, Script
 from .base import AcquireRequest, Granted, Outcome, Refused, as_int, as_str, parse_slots
-from .lua import ABANDON, Lua, wake
+from .lua import ABANDON, Lua, acquire_call, wake
 
 ACQUIRE = LuaScript("total_acquire")
 RELEASE = LuaScript("total_release")
@@ -59,17 +59,9 @@ class TotalLua(Lua):
     ) -> Operation[Outcome]:
         """As :meth:`Lua.acquire <.lua.Lua.acquire>`, under TOTAL as well
         (``request.identifier`` starts with the partition: ``part/``)."""
-        ticket_ms = request.ticket_ms
-        script_keys = keys.main + (keys.wake(request.identifier),) if ticket_ms else keys.main
+        script_keys, args = acquire_call(keys, limit, request, ticket)
         max_waiters = request.max_waiters
-        args = (
-            limit,
-            request.timeout_ms,
-            request.identifier,
-            request.meta_json,
-            ticket_ms,
-            ticket,
-            "1" if request.dry_run else "",
+        args += (
             request.permits,
             encode_priority(request.priority),
             "" if max_waiters is None else max_waiters,
