@@ -12,7 +12,7 @@ from django_semaphore.engine import discovery
 from django_semaphore.ops import monitor
 from django_semaphore.runtime import adhoc, stats
 from django_semaphore.runtime.control import Effective
-from tests.support.helpers import wait_until, wait_until_expired
+from tests.support.helpers import release_all, wait_until, wait_until_expired
 
 SEMAPHORES = {
     "reports": {"LIMIT": 4, "TIMEOUT": 30},
@@ -179,12 +179,7 @@ def exports(settings):
         wait_until(lambda: len(sem.waiters("carol")) == 1, message="carol queued")
         yield sem, held
     finally:
-        for lease in held:
-            lease.release()
-        waiter.join(30)
-        for lease in got:
-            if lease:
-                lease.release()
+        release_all(held, waiter, got)
 
 
 @pytest.mark.usefixtures("backend")

@@ -63,6 +63,17 @@ async def until(predicate, timeout=10.0, message="condition", interval=0.02):
         await asyncio.sleep(interval)
 
 
+def release_all(held, waiter, got):
+    """A test's teardown of leases and one waiting thread: release ``held``, let the
+    ``waiter`` thread end (a release above serves it), then release what it ``got``."""
+    for lease in held:
+        lease.release()
+    waiter.join(30)
+    for lease in got:
+        if lease:
+            lease.release()
+
+
 def max_overlap(intervals):
     """Sweep line over (start, end) intervals.
 

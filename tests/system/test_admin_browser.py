@@ -10,7 +10,7 @@ from django_semaphore import semaphores
 from django_semaphore.admin import SemaphoreAdmin
 from django_semaphore.backend.keys import key_hash
 from tests.support.browser import chromium, new_page, screenshot
-from tests.support.helpers import wait_until
+from tests.support.helpers import release_all, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -158,12 +158,7 @@ def exports(settings):
         yield held, got
     finally:
         sem.clear_override()
-        for lease in held:
-            lease.release()
-        waiter.join(30)
-        for lease in got:
-            if lease:
-                lease.release()
+        release_all(held, waiter, got)
 
 
 def test_a_total_name_shows_its_total_above_its_partitions_and_serves_the_waiter(

@@ -12,7 +12,7 @@ from django_semaphore import semaphores
 from django_semaphore.runtime import stats
 from django_semaphore.runtime.control import Effective
 from tests.support.browser import chromium, new_page, screenshot
-from tests.support.helpers import wait_until
+from tests.support.helpers import release_all, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -74,12 +74,7 @@ def busy():
         yield held
     finally:
         reports.clear_override()
-        for lease in held:
-            lease.release()
-        waiter.join(30)
-        for lease in got:
-            if lease:
-                lease.release()
+        release_all(held, waiter, got)
 
 
 def test_operator_sets_a_limit_and_finds_it_in_the_history(browser, live_server, busy):

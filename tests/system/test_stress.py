@@ -62,6 +62,15 @@ WORKER = textwrap.dedent(
 ).replace("LIMIT", str(LIMIT))
 
 
+def report(label, key, figures):
+    """Print a stress test's figures, and append them to $SEMAPHORE_FIGURES (JSON lines) if set."""
+    print(label, json.dumps(figures))
+    path = os.environ.get("SEMAPHORE_FIGURES")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({key: figures}) + "\n")
+
+
 def run_workers(source, count, attempts, go, timeout, raw_redis, subprocess_env, tmp_path):
     """Start ``count`` processes running ``source`` together (each blocks on BLPOP ``go``
     until all are ready), wait for them; return (holds, refused, lost, seconds)."""
@@ -118,11 +127,7 @@ def test_never_more_than_limit_holders(subprocess_env, raw_redis, key_prefix, tm
         "moments_above_limit": above,
         "seconds": round(elapsed, 1),
     }
-    print("STRESS FIGURES", json.dumps(figures))
-    path = os.environ.get("SEMAPHORE_FIGURES")
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps({"stress": figures}) + "\n")
+    report("STRESS FIGURES", "stress", figures)
     assert attempts == PROCESSES * ATTEMPTS >= 10**5
     assert refused > 0, "the semaphore was never contended"
     assert lost == 0
@@ -223,11 +228,7 @@ def test_weighted_acquires_never_exceed_the_limit(subprocess_env, raw_redis, key
         "slot_clashes": clashes,
         "seconds": round(elapsed, 1),
     }
-    print("WEIGHTED STRESS FIGURES", json.dumps(figures))
-    path = os.environ.get("SEMAPHORE_FIGURES")
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps({"weighted_stress": figures}) + "\n")
+    report("WEIGHTED STRESS FIGURES", "weighted_stress", figures)
     assert attempts == WEIGHTED_PROCESSES * WEIGHTED_ATTEMPTS >= 10**5
     assert refused > 0, "the semaphore was never contended"
     assert lost == 0
@@ -327,11 +328,7 @@ def test_total_never_exceeds_limit_per_partition_nor_total(subprocess_env, raw_r
         "moments_above_total": above_total,
         "seconds": round(elapsed, 1),
     }
-    print("TOTAL STRESS FIGURES", json.dumps(figures))
-    path = os.environ.get("SEMAPHORE_FIGURES")
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps({"total_stress": figures}) + "\n")
+    report("TOTAL STRESS FIGURES", "total_stress", figures)
     assert len(holds) >= 10**5
     assert len(partition_peaks) == TOTAL_PARTITIONS
     assert lost == 0
