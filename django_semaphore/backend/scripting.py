@@ -33,6 +33,7 @@ from redis.exceptions import NoScriptError, RedisError
 
 from .. import signals
 from ..exceptions import SemaphoreBackendError
+from . import lanes
 from .connection import is_cluster, server_name
 
 
@@ -287,12 +288,14 @@ def _options(request: Command | Pipe) -> dict[str, Any]:
 def execute(client: Client, request: Request) -> Any:
     """Execute one request on a sync client."""
     if type(request) is Script:
-        numkeys = len(request.keys)
         try:
-            return client.evalsha(request.script.sha, numkeys, *request.keys, *request.args)
+            lane = lanes.lane(client)
+            if lane is not None:
+                return lane.evalsha(request.script.sha, request.keys, request.args)
+            return client.evalsha(request.script.sha, len(request.keys), *request.keys, *request.args)
         except NoScriptError:
             # After a restart, failover or SCRIPT FLUSH: EVAL also caches it again.
-            return client.eval(request.script.source, numkeys, *request.keys, *request.args)
+            return client.eval(request.script.source, len(request.keys), *request.keys, *request.args)
     if type(request) is Pipe:
         pipe = client.pipeline(transaction=request.transaction)
         options = _options(request)

@@ -42,7 +42,7 @@ lease it grants lasts TIMEOUT from then.  Best effort: a buffered acquire that
 Redis runs after it was undone is not seen.
 
 After ``fork()`` the child starts empty, without the thread
-(:mod:`~django_semaphore.runtime.forks`): the parent's thread finishes the
+(:mod:`~django_semaphore.backend.forks`): the parent's thread finishes the
 parent's work, and the child never releases its parent's
 slots.  A change of SEMAPHORE_REDIS, CACHES or SEMAPHORE_KEY_PREFIX forgets
 everything remembered (it concerned another server or key space).
@@ -63,11 +63,11 @@ from typing import TYPE_CHECKING, Any
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from ..backend import connection
+from ..backend import connection, forks
 from ..backend.keys import PartitionKeys
 from ..backend.scripting import Client, Flow, Operation, WaitFor, adrive, arun, drive, run
 from ..exceptions import SemaphoreBackendError
-from ..runtime import control, forks
+from ..runtime import control
 from ..runtime.scheduler import Scheduler, scheduler
 from .algorithms import algorithm_for
 

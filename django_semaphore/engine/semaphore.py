@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core.exceptions import ImproperlyConfigured
 
 from .. import signals
-from ..backend import connection
+from ..backend import connection, forks
 from ..backend.keys import PartitionKeys
 from ..backend.scripting import Call, Client, Flow, Operation, adrive, arun, drive, run
 from ..config import settings
 from ..config.validation import validate_entry
 from ..exceptions import RetryAfter, SemaphoreBackendError, SemaphoreFull
-from ..runtime import adaptive, adhoc, control, forks, stats
+from ..runtime import adaptive, adhoc, control, stats
 from ..runtime.control import Effective
 from . import discovery, handoff, inspection, recovery, waiting
 from .algorithms import ALGORITHMS, AcquireRequest, Algorithm, Granted, Outcome, algorithm_for

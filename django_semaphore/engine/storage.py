@@ -8,7 +8,7 @@ NOSCRIPT; a Redis failure is a :class:`~django_semaphore.SemaphoreBackendError`)
 keys that share a partition's hash tag (:class:`PartitionKeys`, from
 :meth:`Semaphore.partition <django_semaphore.Semaphore.partition>`), and the
 SEMAPHORE_KEY_PREFIX every key starts with.  And the package's one fork-safety
-mechanism (:func:`in_child`, from :mod:`~django_semaphore.runtime.forks`), for
+mechanism (:func:`in_child`, from :mod:`~django_semaphore.backend.forks`), for
 the state such records come with (a heartbeat's runs, a dispatcher thread).
 """
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend import connection
+from ..backend.forks import in_child
 from ..backend.keys import PartitionKeys
 from ..backend.scripting import Command, LuaScript, Script, one, run
 from ..config import settings
-from ..runtime.forks import in_child
 
 __all__ = ["LuaScript", "PartitionKeys", "command", "in_child", "key_prefix", "pubsub", "script"]
 

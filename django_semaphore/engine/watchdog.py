@@ -18,7 +18,7 @@ that fails because Redis is unreachable is logged and retried sooner, until the
 lease would have expired anyway.
 
 After ``fork()`` the child starts with an empty watchdog and no thread
-(:mod:`~django_semaphore.runtime.forks`): it never renews (nor releases) the
+(:mod:`~django_semaphore.backend.forks`): it never renews (nor releases) the
 leases of its parent.
 """
 
@@ -32,8 +32,8 @@ import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
+from ..backend import forks
 from ..exceptions import SemaphoreBackendError
-from ..runtime import forks
 from ..runtime.scheduler import Scheduler
 
 if TYPE_CHECKING:

@@ -86,9 +86,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from redis.exceptions import NoScriptError
 
+from ..backend import forks
 from ..backend.keys import control_key
 from ..backend.scripting import Command, LuaScript, Operation, Script
-from . import forks
 
 if TYPE_CHECKING:
     from ..config.validation import SemaphoreConfig

@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from ..backend import forks
 from ..backend.keys import NAME_DIGEST_SIZE, adhoc_key, name_hash
 from ..backend.scripting import Command, Operation
-from . import forks
 
 if TYPE_CHECKING:
     from ..config.validation import SemaphoreConfig

@@ -54,12 +54,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from ..backend import connection
+from ..backend import connection, forks
 from ..backend.keys import control_key
 from ..backend.scripting import Client, Command, LuaScript, Operation, Pipe, Script, arun, execute, run
 from ..config import settings
 from ..config.validation import MAX_LIMIT, MODES, checked_limit
-from . import adaptive, forks, stats
+from . import adaptive, stats
 from .bursts import Bursts
 from .scheduler import scheduler
 

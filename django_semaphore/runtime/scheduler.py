@@ -20,7 +20,7 @@ None to wait until it is scheduled again (:meth:`Job.schedule`).
 :meth:`Scheduler.every` makes a periodic one.  The thread starts at the first
 job scheduled and ends after ``IDLE_EXIT`` seconds without any (it starts again
 on demand); in a forked child it is gone and the scheduler starts empty
-(:mod:`~django_semaphore.runtime.forks`): each owner schedules its jobs again
+(:mod:`~django_semaphore.backend.forks`): each owner schedules its jobs again
 at its next use.  :meth:`Scheduler.stop` ends it for tests.
 
 A job runs outside the scheduler's lock: scheduling never waits for a job.
@@ -42,7 +42,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-from . import forks
+from ..backend import forks
 
 logger = logging.getLogger("django_semaphore.runtime.scheduler")
 

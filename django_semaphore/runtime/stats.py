@@ -31,11 +31,11 @@ import time
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from ..backend import connection
+from ..backend import connection, forks
 from ..backend.keys import stats_keys
 from ..backend.scripting import Operation, Pipe, arun, run
 from ..config import settings
-from . import adaptive, adhoc, forks
+from . import adaptive, adhoc
 
 BUCKET = 10  # seconds per bucket
 WINDOW = 300  # seconds that recent() looks back

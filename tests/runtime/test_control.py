@@ -16,7 +16,7 @@ from django_semaphore.backend import connection
 from django_semaphore.backend.keys import control_key
 from django_semaphore.backend.scripting import run
 from django_semaphore.runtime import control
-from tests.support.helpers import HOSTILE_LIMITS, wait_until
+from tests.support.helpers import HOSTILE_LIMITS, count_round_trips, wait_until
 from tests.support.servers import RedisServer, redis_server_binary
 
 SEED_ALGORITHMS = ("fair_locked", "fair", "basic")
@@ -559,32 +559,8 @@ def test_leases_from_before_a_dry_run_are_not_over_the_limit():
 
 @pytest.fixture
 def main_thread_commands(monkeypatch):
-    """Commands the main thread sends on the sync client (the poller's thread is left out)."""
-    client = connection.get_client()
-    sent = []
-    original, original_pipeline = client.execute_command, client.pipeline
-    main = threading.get_ident()
-
-    def counting(*args, **options):
-        if threading.get_ident() == main:
-            sent.append(str(args[0]).upper())
-        return original(*args, **options)
-
-    def pipeline(*args, **kwargs):
-        pipe = original_pipeline(*args, **kwargs)
-        execute = pipe.execute
-
-        def counted(*a, **kw):
-            if threading.get_ident() == main:
-                sent.append("PIPELINE")
-            return execute(*a, **kw)
-
-        pipe.execute = counted
-        return pipe
-
-    monkeypatch.setattr(client, "execute_command", counting)
-    monkeypatch.setattr(client, "pipeline", pipeline)
-    return sent
+    """The round trips the main thread makes (the scheduler's thread is left out)."""
+    return count_round_trips(monkeypatch)
 
 
 def _commands_per_acquire(sem, sent, n=20):

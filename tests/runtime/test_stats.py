@@ -14,7 +14,7 @@ from django_semaphore import Semaphore, semaphores
 from django_semaphore.backend import connection
 from django_semaphore.backend.keys import stats_keys
 from django_semaphore.runtime import control, stats
-from tests.support.helpers import wait_until
+from tests.support.helpers import count_round_trips, wait_until
 
 
 def settled(name, now=None, samples=None):
@@ -141,24 +141,8 @@ def test_the_hold_list_is_bounded(raw_redis, key_prefix):
 
 @pytest.fixture
 def main_thread_commands(monkeypatch):
-    client = connection.get_client()
-    sent = []
-    original, original_pipeline = client.execute_command, client.pipeline
-    main = threading.get_ident()
-
-    def counting(*args, **options):
-        if threading.get_ident() == main:
-            sent.append(str(args[0]).upper())
-        return original(*args, **options)
-
-    def pipeline(*args, **kwargs):
-        if threading.get_ident() == main:
-            sent.append("PIPELINE")
-        return original_pipeline(*args, **kwargs)
-
-    monkeypatch.setattr(client, "execute_command", counting)
-    monkeypatch.setattr(client, "pipeline", pipeline)
-    return sent
+    """The round trips the main thread makes (the scheduler's thread is left out)."""
+    return count_round_trips(monkeypatch)
 
 
 def test_no_redis_command_for_stats_on_the_acquire_path(main_thread_commands):

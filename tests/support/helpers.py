@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import threading
 import time
 from io import StringIO
 
@@ -150,3 +151,28 @@ def wait_until_expired(client, *partitions):
         deadline = max(score for _, score in scores) + 1
         while (left_ms := deadline - server_ms(client, keys.timeouts)) >= 0:
             time.sleep(left_ms / 1000)
+
+
+def count_round_trips(monkeypatch):
+    """The round trips the calling thread makes from now on, as a list that grows: each
+    request the driver sends (``EVALSHA`` for a script, a command's first word,
+    ``PIPELINE``), whether redis-py or a lane carries it.  Other threads (the
+    scheduler's poll and flush) are left out."""
+    from django_semaphore.backend import scripting
+
+    sent = []
+    original = scripting.execute
+    thread = threading.get_ident()
+
+    def counting(client, request):
+        if threading.get_ident() == thread:
+            if type(request) is scripting.Script:
+                sent.append("EVALSHA")
+            elif type(request) is scripting.Pipe:
+                sent.append("PIPELINE")
+            elif type(request) is scripting.Command:
+                sent.append(str(request.args[0]).upper())
+        return original(client, request)
+
+    monkeypatch.setattr(scripting, "execute", counting)
+    return sent

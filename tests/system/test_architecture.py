@@ -543,7 +543,7 @@ def _modules_calling(owner, attribute):
 
 
 def test_one_module_registers_at_fork():
-    assert _modules_calling("os", "register_at_fork") == ["runtime/forks.py"]
+    assert _modules_calling("os", "register_at_fork") == ["backend/forks.py"]
 
 
 def test_threads_are_started_by_the_scheduler_and_the_listed_exceptions_only():
@@ -555,7 +555,7 @@ def test_no_module_checks_the_pid_for_fork_safety_by_itself():
     # check. contrib reads the pid to name its run claims and dispatcher locks, and to see
     # whether the process holding a claim is this one: data, not fork safety.
     assert _modules_calling("os", "getpid") == sorted(
-        ["runtime/forks.py", "contrib/celery/runs.py", "contrib/celery/dispatcher.py"]
+        ["backend/forks.py", "contrib/celery/runs.py", "contrib/celery/dispatcher.py"]
     )
 
 

@@ -10,8 +10,9 @@ import threading
 import pytest
 
 from django_semaphore import Semaphore
+from django_semaphore.backend import forks
 from django_semaphore.engine import recovery, watchdog
-from django_semaphore.runtime import adaptive, control, forks, stats
+from django_semaphore.runtime import adaptive, control, stats
 from django_semaphore.runtime.scheduler import scheduler
 from tests.support.helpers import wait_until
 

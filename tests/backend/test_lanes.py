@@ -1,0 +1,182 @@
+"""Lanes: the hot scripts run on connections kept between calls, with every reply going
+to the caller that asked for it, through restarts, timeouts, threads and forks."""
+
+import os
+import threading
+
+import pytest
+import redis
+import redis.asyncio
+
+from django_semaphore import Semaphore
+from django_semaphore.backend import connection, lanes
+from tests.support.servers import RedisServer
+
+# Returns its argument: a reply that names its caller.
+ECHO = "return ARGV[1]"
+# Busy for ARGV[1] ms, then returns ARGV[2]: longer than a short socket timeout.
+SLOW = (
+    "local t = redis.call('TIME') local until_ms = t[1] * 1000 + t[2] / 1000 + tonumber(ARGV[1]) "
+    "repeat t = redis.call('TIME') until t[1] * 1000 + t[2] / 1000 >= until_ms "
+    "return ARGV[2]"
+)
+
+
+@pytest.fixture
+def server():
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def client(server):
+    client = redis.Redis(port=server.port, socket_timeout=5)
+    client.script_load(ECHO)
+    yield client
+    client.close()
+
+
+def _sha(client, source):
+    return client.script_load(source)
+
+
+def _connections(client):
+    """The server's count of open client connections, the asking one left out."""
+    return int(client.info("clients")["connected_clients"]) - 1
+
+
+def test_one_caller_keeps_one_connection(client, server):
+    lane = lanes.lane(client)
+    assert lane is lanes.lane(client)
+    sha = _sha(client, ECHO)
+    observer = redis.Redis(port=server.port)
+    for i in range(50):
+        assert lane.evalsha(sha, (), (f"call {i}",)) == f"call {i}".encode()
+    # One connection for fifty calls: borrowed once, not lent and taken back each time.
+    assert _connections(observer) == 1
+    observer.close()
+
+
+def test_replies_go_to_their_callers_across_threads(client):
+    lane = lanes.lane(client)
+    sha = _sha(client, ECHO)
+    wrong = []
+    barrier = threading.Barrier(16)
+
+    def caller(n):
+        barrier.wait()
+        for i in range(200):
+            want = f"{n}:{i}".encode()
+            got = lane.evalsha(sha, (), (want,))
+            if got != want:
+                wrong.append((want, got))
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+    assert len(lane._idle) <= lanes.IDLE  # the others went back to the pool
+
+
+def test_a_restarted_server_is_reconnected_before_the_call(server):
+    # redis-py's default for a client given a pool: no retry.  A kept connection
+    # the server closed must not cost the call.
+    client = redis.Redis(connection_pool=redis.ConnectionPool(port=server.port))
+    sha = _sha(client, ECHO)
+    lane = lanes.lane(client)
+    assert lane.evalsha(sha, (), ("before",)) == b"before"
+    server.restart()
+    client.script_load(ECHO)
+    assert lane.evalsha(sha, (), ("after",)) == b"after"
+    client.close()
+
+
+def test_a_reply_left_unread_is_never_read_by_the_next_caller(server):
+    client = redis.Redis(port=server.port, socket_timeout=0.2, retry=None)
+    slow, echo = _sha(client, SLOW), _sha(client, ECHO)
+    lane = lanes.lane(client)
+    with pytest.raises(redis.TimeoutError):
+        lane.evalsha(slow, (), (600, "late reply"))
+    patient = redis.Redis(port=server.port)
+    assert patient.ping()  # answered once the slow script is done
+    patient.close()
+    # The late reply arrives on the connection given up on, not on the next caller's.
+    assert lane.evalsha(echo, (), ("mine",)) == b"mine"
+    assert lane.evalsha(echo, (), ("mine again",)) == b"mine again"
+    client.close()
+
+
+def test_an_error_reply_leaves_the_connection_usable(client):
+    lane = lanes.lane(client)
+    with pytest.raises(redis.exceptions.NoScriptError):
+        lane.evalsha("0" * 40, (), ())
+    client.set("lane-text", "x")
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        lane.evalsha(_sha(client, "return redis.call('INCR', KEYS[1])"), ("lane-text",), ())
+    assert lane.evalsha(_sha(client, ECHO), (), ("clean",)) == b"clean"
+
+
+def test_replies_are_decoded_as_the_client_asks(server):
+    for decode in (False, True):
+        client = redis.Redis(port=server.port, decode_responses=decode)
+        sha = _sha(client, "return {ARGV[1], tonumber(ARGV[2]), {ARGV[1]}}")
+        args = ("é", 7)
+        assert lanes.lane(client).evalsha(sha, (), args) == client.evalsha(sha, 0, *args)
+        client.close()
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_commands_are_packed_as_redis_py_packs_them(server, encoding):
+    client = redis.Redis(port=server.port, encoding=encoding)
+    pool = client.connection_pool
+    command = ("EVALSHA", "ab" * 20, 2, "k1", "ké", 1.5, -3, 10**20, b"\xff", "é")
+    connection = pool.get_connection()
+    assert b"".join(lanes._packer(pool)(command)) == b"".join(connection.pack_command(*command))
+    pool.release(connection)
+    client.close()
+
+
+def test_clients_a_lane_cannot_serve_go_through_redis_py(server, cluster_client):
+    single = redis.Redis(port=server.port, single_connection_client=True)
+    assert lanes.lane(single) is None
+    assert lanes.lane(cluster_client) is None
+    assert lanes.lane(redis.asyncio.Redis(port=server.port)) is None
+    single.close()
+
+
+def test_a_forked_child_never_uses_its_parents_connections(client):
+    sha = _sha(client, ECHO)
+    lane = lanes.lane(client)
+    assert lane.evalsha(sha, (), ("parent",)) == b"parent"  # a connection kept idle
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        ok = all(lane.evalsha(sha, (), (f"child {i}",)) == f"child {i}".encode() for i in range(200))
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    # Meanwhile the parent keeps using its connection: a shared socket would mix the replies.
+    replies = [lane.evalsha(sha, (), (f"parent {i}",)) for i in range(200)]
+    assert os.read(read, 1) == b"1"
+    os.close(read)
+    os.waitpid(child, 0)
+    assert replies == [f"parent {i}".encode() for i in range(200)]
+    assert lane.evalsha(sha, (), ("after",)) == b"after"
+
+
+def test_semaphore_scripts_run_on_the_lane(settings, server):
+    settings.SEMAPHORE_REDIS = {"URL": server.url}
+    sem = Semaphore("laned", limit=2, timeout=30)
+    lease = sem.acquire()
+    assert lease is not None
+    client = connection.get_client()
+    assert lanes.lane(client)._idle  # the acquire's connection, kept
+    assert lease.refresh() and lease.release()
+    # A flushed script cache: the lane's NOSCRIPT falls back to EVAL, which loads it again.
+    client.script_flush()
+    again = sem.acquire()
+    assert again is not None and again.release()
+    connection.reset()
