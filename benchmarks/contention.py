@@ -228,6 +228,59 @@ def _row(triples, limit, duration, peer=None):
     }
 
 
+def _baton_worker(n, processes, lists, start_at, duration, out):
+    from django_semaphore.backend import connection
+
+    connection.reset()  # never share the parent's sockets
+    client = connection.get_client()
+    mine, after = lists[n], lists[(n + 1) % processes]
+    client.ping()
+    if n == 0:
+        while time.monotonic() < start_at:
+            time.sleep(0.0005)
+        client.rpush(mine, "go")
+    grants, end = 0, start_at + duration
+    while True:
+        popped = client.blpop([mine], timeout=1)
+        if popped is None:
+            if time.monotonic() > end + WAIT:
+                break
+            continue
+        if popped[1] == b"stop" or time.monotonic() >= end:
+            client.rpush(after, "stop")  # passed round the ring: each stops once
+            break
+        grants += 1
+        time.sleep(HOLD)
+        client.rpush(after, "go")
+    out.put(grants)
+
+
+def fifo_floor(processes, duration):
+    """Grants/s of the cheapest FIFO hand-over there is, on the same machine and server:
+    ``processes`` processes in a ring, each blocked on its own list (``BLPOP``);
+    the holder holds ``HOLD``, then pushes to the next (``RPUSH``): one round trip
+    and one process wake-up per grant, no lease, no queue, no semaphore.  Any
+    semaphore that serves waiters in order between processes hands over at most
+    this fast; a lock whose releasing process takes it straight back need not."""
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    lists = [f"bench:baton:{uuid.uuid4().hex[:6]}:{n}" for n in range(processes)]
+    start_at = time.monotonic() + 0.3 + 0.02 * processes
+    workers = [
+        ctx.Process(target=_baton_worker, args=(n, processes, lists, start_at, duration, out))
+        for n in range(processes)
+    ]
+    for w in workers:
+        w.start()
+    grants = sum(out.get(timeout=duration + 2 * WAIT + 60) for _ in workers)
+    for w in workers:
+        w.join()
+    from django_semaphore.backend import connection
+
+    connection.get_client().delete(*lists)  # the last "stop" is left in the first stopper's list
+    return grants / duration
+
+
 def measure_goal(redis_url, duration, processes=PROCESSES_GOAL):
     """Goal 3: ours at LIMIT 5 beside the node peer's Semaphore, ours at LIMIT 1 beside the pip
     mutexes; grants/s, moments above the limit, and FIFO figures for each."""
@@ -240,6 +293,7 @@ def measure_goal(redis_url, duration, processes=PROCESSES_GOAL):
     for kind in blocking_mutex_names():
         triples = _python_contenders(kind, 1, processes, duration)
         result["rows"][f"{kind} (mutex)"] = _row(triples, 1, duration, peer="ours, LIMIT 1")
+    result["fifo_floor"] = fifo_floor(processes, duration)
     why = node_status()
     if why:
         result["node_skipped"] = why

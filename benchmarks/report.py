@@ -342,6 +342,13 @@ def _contention_goal_rows(g, add):
                 else ""
             ),
         )
+    if "fifo_floor" in g:
+        add(
+            f"contention {g['processes']} procs",
+            f"FIFO hand-over floor (a BLPOP/RPUSH baton, no semaphore), hold {g['hold'] * 1000:g} ms",
+            f"{g['fifo_floor']:,.0f} grants/s",
+            "the ceiling of any in-order hand-over between processes",
+        )
     if "node_skipped" in g:
         add(f"contention {g['processes']} procs", f"redis-semaphore: skipped ({g['node_skipped']})", "-")
 
@@ -492,6 +499,16 @@ def _engine_contention_goals(g):
                     _goal(mine["wait_p99_ms"] <= half),
                 )
             )
+    floor = g.get("fifo_floor")
+    if floor and "ours, LIMIT 1" in g["rows"]:
+        rows.append(
+            (
+                "3 (bound) LIMIT 1 / FIFO hand-over floor (BLPOP/RPUSH baton)",
+                f"{g['rows']['ours, LIMIT 1']['grants_per_s'] / floor:.2f} x ({floor:,.0f} grants/s)",
+                "(the ceiling in order)",
+                "-",
+            )
+        )
     for name, row in g["rows"].items():
         if row["peer"]:
             continue
