@@ -11,7 +11,7 @@ while packing.  That is more than the scripts' own work in Redis.
 
 A :class:`Lane` borrows connections from the client's own pool once and keeps
 them between calls: one per caller running at the same moment, at most
-:data:`IDLE` of them idle.  A call takes one (checked as the pool checks the
+:data:`IDLE` of them idle (fewer from a small pool).  A call takes one (checked as the pool checks the
 connections it lends: one the server closed is opened again before it is
 used), sends the script with the
 connection's own ``send_packed_command`` and ``read_response`` under the
@@ -52,7 +52,9 @@ from . import forks
 
 __all__ = ["IDLE", "Lane", "lane"]
 
-#: Idle connections a lane keeps; one more returns to the pool.
+#: Idle connections a lane keeps at most; one more returns to the pool.  A pool
+#: with a bound (``max_connections``, which a django-redis cache may share with
+#: the app) lends a lane at most an eighth of it to keep idle, and at least one.
 IDLE = 8
 
 #: Packs a command (a tuple of its words) into what ``send_packed_command`` sends: a list of bytes.
@@ -65,13 +67,15 @@ _making = threading.Lock()
 class Lane:
     """Connections of one client's pool, kept between calls of :meth:`evalsha`."""
 
-    __slots__ = ("_idle", "_pack", "_pid", "pool")
+    __slots__ = ("_idle", "_keep", "_pack", "_pid", "pool")
 
     def __init__(self, pool: Any, pack: Packer) -> None:
         self.pool = pool
         self._pack = pack
         self._idle: list[Any] = []
         self._pid = forks.pid()
+        bound = getattr(pool, "max_connections", None)
+        self._keep = IDLE if not isinstance(bound, int) else max(1, min(IDLE, bound // 8))
 
     def evalsha(self, sha: str, keys: tuple[str, ...], args: tuple[Any, ...]) -> Any:
         """``EVALSHA sha`` with ``keys`` and ``args``: Redis's reply, or its error raised
@@ -123,7 +127,7 @@ class Lane:
         return connection
 
     def _give(self, connection: Any) -> None:
-        if len(self._idle) < IDLE and self.pool.owns_connection(connection):
+        if len(self._idle) < self._keep and self.pool.owns_connection(connection):
             self._idle.append(connection)
         else:
             self.pool.release(connection)

@@ -81,6 +81,33 @@ def test_replies_go_to_their_callers_across_threads(client):
     assert len(lane._idle) <= lanes.IDLE  # the others went back to the pool
 
 
+def test_a_small_pool_keeps_most_of_its_connections_for_others(server):
+    # A django-redis cache may share the pool: a burst of acquires must not leave it short.
+    client = redis.Redis(
+        connection_pool=redis.BlockingConnectionPool(port=server.port, max_connections=16, timeout=1)
+    )
+    lane = lanes.lane(client)
+    sha = _sha(client, ECHO)
+    barrier = threading.Barrier(12)
+
+    def caller():
+        barrier.wait()
+        for _ in range(50):
+            lane.evalsha(sha, (), ("x",))
+
+    threads = [threading.Thread(target=caller) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(lane._idle) <= 2  # an eighth of 16
+    # The rest are the pool's again: 14 callers can borrow at once, none waits.
+    held = [client.connection_pool.get_connection() for _ in range(14)]
+    for borrowed in held:
+        client.connection_pool.release(borrowed)
+    client.close()
+
+
 def test_a_restarted_server_is_reconnected_before_the_call(server):
     # redis-py's default for a client given a pool: no retry.  A kept connection
     # the server closed must not cost the call.
