@@ -1,34 +1,36 @@
-"""Lanes: the scripts of the hot path, sent on connections kept between calls.
+"""Lanes: the app's scripts, sent on connections kept between calls.
 
-Every acquire, release and refresh is one ``EVALSHA``.  Sent through
-redis-py's ``execute_command``, a call costs a sync client about 30 µs of CPU
-beyond writing the command and reading the reply (redis-py 8.1 with hiredis:
-44 µs for a ``PING`` against 14 µs on a connection already in hand): the pool
-lends a connection and takes it back (a lock, a ``poll()`` of the socket to
-check that nothing is left to read, four metric hooks and an event), the
-retry and observability wrappers run, and each argument is looked at twice
-while packing.  That is more than the scripts' own work in Redis.
+Every acquire, release and refresh is one ``EVALSHA`` (and so is every other
+operation of the app's, from the wake-ups to the admin's reads).  Sent
+through redis-py's ``execute_command``, a call costs a sync client about
+30 µs of CPU beyond writing the command and reading the reply (redis-py 8.1
+with hiredis: 44 µs for a ``PING`` against 14 µs on a connection already in
+hand): the pool lends a connection and takes it back (a lock, a ``poll()`` of
+the socket to check that nothing is left to read, four metric hooks and an
+event), the retry and observability wrappers run, and each argument is
+looked at twice while packing.  That is more than the scripts' own work in
+Redis.
 
 A :class:`Lane` borrows connections from the client's own pool once and keeps
 them between calls: one per caller running at the same moment, at most
-:data:`IDLE` of them idle (fewer from a small pool).  A call takes one (checked as the pool checks the
-connections it lends: one the server closed is opened again before it is
-used), sends the script with the
-connection's own ``send_packed_command`` and ``read_response`` under the
-client's own ``Retry``, and puts it back.  What the connection does stays as
-configured: its encoder (``decode_responses``), AUTH, TLS, timeouts, health
-checks, a Sentinel-managed connection's lookup of the master, and its
-disconnect on an error (a connection that failed, or whose reply a caller
-stopped reading, is closed and given back to the pool, so no stale reply is
-ever read).
-A connection the pool would not take back (the master moved under Sentinel)
-goes back to the pool, as redis-py's release would do with it.
+:data:`IDLE` of them idle (fewer from a small pool).  A call takes one,
+checked as the pool checks the connections it lends (one the server closed
+is opened again before it is used), sends the script with the connection's
+own ``send_packed_command`` and ``read_response`` under the client's own
+``Retry``, and puts it back.  What the connection does stays as configured:
+its encoder (``decode_responses``), AUTH, TLS, timeouts, health checks, a
+Sentinel-managed connection's lookup of the master, and its disconnect on an
+error.  A connection that failed, or whose reply a caller stopped reading,
+is closed and given back to the pool, so no caller ever reads another's
+reply; one the pool would not take back (the master moved under Sentinel)
+goes back to the pool too, as redis-py's release would do with it.
 
 What a lane skips is redis-py's per-command hooks: its observability metrics
 (OpenTelemetry) do not count the scripts a lane sends.  Clients a lane cannot
 serve as they expect run every call through redis-py: a cluster, an asyncio
-client, a client holding a single connection, and one with client-side
-caching.
+client, a client holding a single connection, one with client-side caching,
+and one with a command packer of its own.  The other requests (commands,
+pipelines, ``BLPOP``) go through redis-py too.
 
 A lane belongs to the process that made it: in a forked child (checked with
 :func:`~django_semaphore.backend.forks.pid` at each call, which also catches a
