@@ -134,20 +134,29 @@ def _waiting_worker(kind, name, limit, start_at, duration, out):
     out.put(triples)
 
 
-def _python_contenders(kind, limit, processes, duration):
+def _forked(target, args_of, processes, timeout):
+    """Run ``target(*args_of(n, start_at), out)`` in ``processes`` forked processes that
+    start together at ``start_at``; the value each puts on ``out``."""
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    name = f"fifo-{kind.split()[0]}-{limit}-{uuid.uuid4().hex[:6]}"
     start_at = time.monotonic() + 0.3 + 0.02 * processes
-    workers = [
-        ctx.Process(target=_waiting_worker, args=(kind, name, limit, start_at, duration, out))
-        for _ in range(processes)
-    ]
+    workers = [ctx.Process(target=target, args=(*args_of(n, start_at), out)) for n in range(processes)]
     for w in workers:
         w.start()
-    results = [out.get(timeout=duration + WAIT + 60) for _ in workers]
+    results = [out.get(timeout=timeout) for _ in workers]
     for w in workers:
         w.join()
+    return results
+
+
+def _python_contenders(kind, limit, processes, duration):
+    name = f"fifo-{kind.split()[0]}-{limit}-{uuid.uuid4().hex[:6]}"
+    results = _forked(
+        _waiting_worker,
+        lambda n, start_at: (kind, name, limit, start_at, duration),
+        processes,
+        duration + WAIT + 60,
+    )
     return [t for r in results for t in r]
 
 
@@ -262,19 +271,15 @@ def fifo_floor(processes, duration):
     and one process wake-up per grant, no lease, no queue, no semaphore.  Any
     semaphore that serves waiters in order between processes hands over at most
     this fast; a lock whose releasing process takes it straight back need not."""
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
     lists = [f"bench:baton:{uuid.uuid4().hex[:6]}:{n}" for n in range(processes)]
-    start_at = time.monotonic() + 0.3 + 0.02 * processes
-    workers = [
-        ctx.Process(target=_baton_worker, args=(n, processes, lists, start_at, duration, out))
-        for n in range(processes)
-    ]
-    for w in workers:
-        w.start()
-    grants = sum(out.get(timeout=duration + 2 * WAIT + 60) for _ in workers)
-    for w in workers:
-        w.join()
+    grants = sum(
+        _forked(
+            _baton_worker,
+            lambda n, start_at: (n, processes, lists, start_at, duration),
+            processes,
+            duration + 2 * WAIT + 60,
+        )
+    )
     from django_semaphore.backend import connection
 
     connection.get_client().delete(*lists)  # the last "stop" is left in the first stopper's list
