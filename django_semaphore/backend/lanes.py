@@ -25,12 +25,16 @@ is closed and given back to the pool, so no caller ever reads another's
 reply; one the pool would not take back (the master moved under Sentinel)
 goes back to the pool too, as redis-py's release would do with it.
 
+An asyncio client (one per event loop) has an :class:`AsyncLane`, the same
+design with ``await``: there, redis-py costs 113 µs of CPU for a ``PING``
+against 67 µs on a connection in hand.
+
 What a lane skips is redis-py's per-command hooks: its observability metrics
 (OpenTelemetry) do not count the scripts a lane sends.  Clients a lane cannot
-serve as they expect run every call through redis-py: a cluster, an asyncio
-client, a client holding a single connection, one with client-side caching,
-and one with a command packer of its own.  The other requests (commands,
-pipelines, ``BLPOP``) go through redis-py too.
+serve as they expect run every call through redis-py: a cluster, a client
+holding a single connection, one with client-side caching, one with a
+command packer of its own, and an asyncio Sentinel client.  The other requests (commands, pipelines,
+``BLPOP``) go through redis-py too.
 
 A lane belongs to the process that made it: in a forked child (checked with
 :func:`~django_semaphore.backend.forks.pid` at each call, which also catches a
@@ -46,13 +50,14 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+import redis.asyncio
 from redis.connection import PythonRespSerializer
 from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 from redis.utils import HIREDIS_AVAILABLE
 
 from . import forks
 
-__all__ = ["IDLE", "Lane", "lane"]
+__all__ = ["IDLE", "AsyncLane", "Lane", "async_lane", "lane"]
 
 #: Idle connections a lane keeps at most; one more returns to the pool.  A pool
 #: with a bound (``max_connections``, which a django-redis cache may share with
@@ -62,7 +67,7 @@ IDLE = 8
 #: Packs a command (a tuple of its words) into what ``send_packed_command`` sends: a list of bytes.
 Packer = Callable[[tuple[Any, ...]], list[bytes]]
 
-_lanes: weakref.WeakKeyDictionary[Any, Lane | None] = weakref.WeakKeyDictionary()
+_lanes: weakref.WeakKeyDictionary[Any, Lane | AsyncLane | None] = weakref.WeakKeyDictionary()
 _making = threading.Lock()
 
 
@@ -76,8 +81,7 @@ class Lane:
         self._pack = pack
         self._idle: list[Any] = []
         self._pid = forks.pid()
-        bound = getattr(pool, "max_connections", None)
-        self._keep = IDLE if not isinstance(bound, int) else max(1, min(IDLE, bound // 8))
+        self._keep = _idle_bound(pool)
 
     def evalsha(self, sha: str, keys: tuple[str, ...], args: tuple[Any, ...]) -> Any:
         """``EVALSHA sha`` with ``keys`` and ``args``: Redis's reply, or its error raised
@@ -135,10 +139,83 @@ class Lane:
             self.pool.release(connection)
 
 
-def _packer(pool: Any) -> Packer:
-    """Pack as the pool's connections do: with hiredis when redis-py found it (which
-    encodes text as UTF-8 whatever the encoding), else with the pool's encoder."""
-    if HIREDIS_AVAILABLE:
+class AsyncLane:
+    """The asyncio twin of :class:`Lane`: connections of an asyncio client's pool (one
+    event loop's), kept between calls of :meth:`evalsha`."""
+
+    __slots__ = ("_idle", "_keep", "_pack", "pool")
+
+    def __init__(self, pool: Any, pack: Packer) -> None:
+        self.pool = pool
+        self._pack = pack
+        self._idle: list[Any] = []
+        self._keep = _idle_bound(pool)
+
+    async def evalsha(self, sha: str, keys: tuple[str, ...], args: tuple[Any, ...]) -> Any:
+        """As :meth:`Lane.evalsha`.  A call cancelled between writing and reading closes
+        its connection, as one that failed does."""
+        command = self._pack(("EVALSHA", sha, len(keys), *keys, *args))
+        connection = await self._take()
+
+        async def call() -> Any:
+            await connection.send_packed_command(command)
+            return await connection.read_response()
+
+        async def fail(error: BaseException) -> None:
+            await connection.disconnect()
+
+        try:
+            reply = await connection.retry.call_with_retry(call, fail)
+        except ResponseError:
+            await self._give(connection)
+            raise
+        except BaseException:
+            try:
+                await connection.disconnect(nowait=True)
+            finally:
+                await self.pool.release(connection)
+            raise
+        await self._give(connection)
+        return reply
+
+    async def _take(self) -> Any:
+        try:
+            connection = self._idle.pop()
+        except IndexError:
+            return await self.pool.get_connection()
+        # can_read() since redis-py 8 (which deprecates can_read_destructive()).
+        check = getattr(connection, "can_read", None) or connection.can_read_destructive
+        try:
+            stale = await check()
+        except (ConnectionError, TimeoutError, OSError):
+            stale = True
+        if stale:
+            await connection.disconnect()
+        return connection
+
+    async def _give(self, connection: Any) -> None:
+        if len(self._idle) < self._keep:
+            self._idle.append(connection)
+        else:
+            await self.pool.release(connection)
+
+
+def _idle_bound(pool: Any) -> int:
+    bound = getattr(pool, "max_connections", None)
+    return IDLE if not isinstance(bound, int) else max(1, min(IDLE, bound // 8))
+
+
+def _packer(pool: Any, hiredis: bool) -> Packer:
+    """Pack as the pool's connections do: with hiredis where redis-py packs with it
+    (``hiredis``: sync connections, when redis-py found it; it encodes text as
+    UTF-8 whatever the encoding), else with the pool's encoder (asyncio
+    connections always pack so; with UTF-8, strict, both give the same bytes)."""
+    kwargs = pool.connection_kwargs
+    utf8 = (
+        kwargs.get("encoding", "utf-8") in ("utf-8", "utf8")
+        and kwargs.get("encoding_errors", "strict") == "strict"
+    )
+    if HIREDIS_AVAILABLE and (hiredis or utf8):
         from hiredis import pack_command
 
         def pack(command: tuple[Any, ...]) -> list[bytes]:
@@ -154,21 +231,27 @@ def _packer(pool: Any) -> Packer:
     return pack_python
 
 
-def _make(client: Any) -> Lane | None:
-    if not isinstance(client, redis.Redis):
-        return None  # a cluster or an asyncio client
-    if getattr(client, "connection", None) is not None:
+def _make(client: Any) -> Lane | AsyncLane | None:
+    asynchronous = isinstance(client, redis.asyncio.Redis)
+    if not asynchronous and not isinstance(client, redis.Redis):
+        return None  # a cluster
+    if getattr(client, "connection", None) is not None or getattr(client, "single_connection_client", False):
         return None  # single_connection_client: its one connection, under its lock
     pool = client.connection_pool
     if getattr(pool, "cache", None) is not None:
         return None  # client-side caching wraps the connections
     if "command_packer" in pool.connection_kwargs:
         return None  # a packer of the user's own
-    return Lane(pool, _packer(pool))
+    if asynchronous:
+        if getattr(pool, "sentinel_manager", None) is not None:
+            # redis-py's asyncio Sentinel pool cannot say whether a connection
+            # still points at the master (its owns_connection() fails).
+            return None
+        return AsyncLane(pool, _packer(pool, hiredis=False))
+    return Lane(pool, _packer(pool, hiredis=True))
 
 
-def lane(client: Any) -> Lane | None:
-    """The lane of a sync client, or None when its calls must go through redis-py."""
+def _lane_of(client: Any) -> Lane | AsyncLane | None:
     try:
         return _lanes[client]
     except KeyError:
@@ -178,6 +261,18 @@ def lane(client: Any) -> Lane | None:
             return _lanes[client]
     except TypeError:  # not weakly referenceable
         return None
+
+
+def lane(client: Any) -> Lane | None:
+    """The lane of a sync client, or None when its calls must go through redis-py."""
+    found = _lane_of(client)
+    return found if type(found) is Lane else None
+
+
+def async_lane(client: Any) -> AsyncLane | None:
+    """The lane of an asyncio client, or None when its calls must go through redis-py."""
+    found = _lane_of(client)
+    return found if type(found) is AsyncLane else None
 
 
 @forks.in_child

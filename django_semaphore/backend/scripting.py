@@ -313,11 +313,13 @@ def execute(client: Client, request: Request) -> Any:
 async def aexecute(client: Client, request: Request) -> Any:
     """Execute one request on an asyncio client."""
     if type(request) is Script:
-        numkeys = len(request.keys)
         try:
-            return await client.evalsha(request.script.sha, numkeys, *request.keys, *request.args)
+            lane = lanes.async_lane(client)
+            if lane is not None:
+                return await lane.evalsha(request.script.sha, request.keys, request.args)
+            return await client.evalsha(request.script.sha, len(request.keys), *request.keys, *request.args)
         except NoScriptError:
-            return await client.eval(request.script.source, numkeys, *request.keys, *request.args)
+            return await client.eval(request.script.source, len(request.keys), *request.keys, *request.args)
     if type(request) is Pipe:
         if request.transaction and is_cluster(client):
             return await aexecute(client, _as_script(request))

@@ -1,12 +1,14 @@
 """Lanes: the hot scripts run on connections kept between calls, with every reply going
 to the caller that asked for it, through restarts, timeouts, threads and forks."""
 
+import asyncio
 import os
 import threading
 
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection, lanes
@@ -160,9 +162,9 @@ def test_commands_are_packed_as_redis_py_packs_them(server, encoding):
     client = redis.Redis(port=server.port, encoding=encoding)
     pool = client.connection_pool
     command = ("EVALSHA", "ab" * 20, 2, "k1", "ké", 1.5, -3, 10**20, b"\xff", "é")
-    connection = pool.get_connection()
-    assert b"".join(lanes._packer(pool)(command)) == b"".join(connection.pack_command(*command))
-    pool.release(connection)
+    borrowed = pool.get_connection()
+    assert b"".join(lanes._packer(pool, hiredis=True)(command)) == b"".join(borrowed.pack_command(*command))
+    pool.release(borrowed)
     client.close()
 
 
@@ -171,6 +173,10 @@ def test_clients_a_lane_cannot_serve_go_through_redis_py(server, cluster_client)
     assert lanes.lane(single) is None
     assert lanes.lane(cluster_client) is None
     assert lanes.lane(redis.asyncio.Redis(port=server.port)) is None
+    assert lanes.async_lane(redis.Redis(port=server.port)) is None
+    assert lanes.async_lane(redis.asyncio.Redis(port=server.port, single_connection_client=True)) is None
+    sentinel = redis.asyncio.sentinel.Sentinel([("127.0.0.1", server.port)])
+    assert lanes.async_lane(sentinel.master_for("svc")) is None
     single.close()
 
 
@@ -206,4 +212,87 @@ def test_semaphore_scripts_run_on_the_lane(settings, server):
     client.script_flush()
     again = sem.acquire()
     assert again is not None and again.release()
+    connection.reset()
+
+
+# -- the asyncio twin --------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_async_callers_keep_their_connections_and_get_their_replies(server):
+    client = redis.asyncio.Redis(port=server.port)
+    sha = await client.script_load(ECHO)
+    lane = lanes.async_lane(client)
+    assert lane is lanes.async_lane(client)
+    for i in range(50):
+        assert await lane.evalsha(sha, (), (f"call {i}",)) == f"call {i}".encode()
+    observer = redis.Redis(port=server.port)
+    assert _connections(observer) == 1  # one connection for fifty calls
+
+    async def caller(n):
+        return [await lane.evalsha(sha, (), (f"{n}:{i}",)) for i in range(50)]
+
+    replies = await asyncio.gather(*(caller(n) for n in range(20)))
+    assert replies == [[f"{n}:{i}".encode() for i in range(50)] for n in range(20)]
+    assert len(lane._idle) <= lanes.IDLE
+    observer.close()
+    await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_async_call_leaves_no_reply_for_the_next_caller(server):
+    client = redis.asyncio.Redis(port=server.port)
+    slow, echo = await client.script_load(SLOW), await client.script_load(ECHO)
+    lane = lanes.async_lane(client)
+    assert await lane.evalsha(echo, (), ("warm",)) == b"warm"  # a connection kept idle
+    call = asyncio.ensure_future(lane.evalsha(slow, (), (300, "late reply")))
+    await asyncio.sleep(0.05)  # written, waiting for the reply
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    patient = redis.Redis(port=server.port)
+    assert patient.ping()  # answered once the slow script is done
+    patient.close()
+    assert await lane.evalsha(echo, (), ("mine",)) == b"mine"
+    assert await lane.evalsha(echo, (), ("mine again",)) == b"mine again"
+    await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_an_async_lane_reconnects_after_a_restart(server):
+    client = redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(port=server.port))
+    sha = await client.script_load(ECHO)
+    lane = lanes.async_lane(client)
+    assert await lane.evalsha(sha, (), ("before",)) == b"before"
+    server.restart()
+    await client.script_load(ECHO)
+    assert await lane.evalsha(sha, (), ("after",)) == b"after"
+    await client.aclose()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+async def test_async_commands_are_packed_as_redis_py_packs_them(server, encoding):
+    client = redis.asyncio.Redis(port=server.port, encoding=encoding)
+    pool = client.connection_pool
+    command = ("EVALSHA", "ab" * 20, 2, "k1", "ké", 1.5, -3, 10**20, b"\xff", "é")
+    borrowed = await pool.get_connection()
+    packed = b"".join(lanes._packer(pool, hiredis=False)(command))
+    assert packed == b"".join(borrowed.pack_command(*command))
+    await pool.release(borrowed)
+    await client.aclose()
+
+
+@pytest.mark.asyncio
+async def test_async_semaphore_scripts_run_on_the_lane(settings, server):
+    settings.SEMAPHORE_REDIS = {"URL": server.url}
+    sem = Semaphore("alaned", limit=2, timeout=30)
+    lease = await sem.aacquire()
+    assert lease is not None
+    client = connection.get_async_client()
+    assert lanes.async_lane(client)._idle
+    assert await lease.arefresh() and await lease.arelease()
+    await client.script_flush()
+    again = await sem.aacquire()
+    assert again is not None and await again.arelease()
     connection.reset()
