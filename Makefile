@@ -48,7 +48,7 @@ test: $(STAMP) lint typecheck
 # session's server, Cluster and Sentinel all use it; pytest's header names the version).
 REDIS62_TESTS := tests/engine/test_semaphore.py tests/engine/test_lease.py tests/engine/test_watchdog.py tests/engine/test_waiting.py \
 	tests/backend/test_keys.py tests/engine/test_inspection.py tests/engine/test_recovery.py tests/engine/test_handoff.py \
-	tests/config/test_key_functions.py tests/engine/test_discovery.py tests/backend/test_scripting.py tests/engine/test_cancellation.py \
+	tests/config/test_key_functions.py tests/engine/test_discovery.py tests/backend/test_scripting.py tests/backend/test_lanes.py tests/engine/test_cancellation.py \
 	tests/web/test_needs.py tests/test_api.py tests/engine/algorithms \
 	tests/web/test_request_guard.py tests/web/test_middleware.py tests/web/test_decorators.py tests/engine/test_guards.py \
 	tests/web/test_streaming.py tests/web/test_views.py tests/web/test_responses.py \
