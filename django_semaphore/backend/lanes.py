@@ -33,8 +33,8 @@ What a lane skips is redis-py's per-command hooks: its observability metrics
 (OpenTelemetry) do not count the scripts a lane sends.  Clients a lane cannot
 serve as they expect run every call through redis-py: a cluster, a client
 holding a single connection, one with client-side caching, one with a
-command packer of its own, and an asyncio Sentinel client.  The other requests (commands, pipelines,
-``BLPOP``) go through redis-py too.
+command packer of its own, and an asyncio Sentinel client.  The other
+requests (commands, pipelines, ``BLPOP``) go through redis-py too.
 
 A lane belongs to the process that made it: in a forked child (checked with
 :func:`~django_semaphore.backend.forks.pid` at each call, which also catches a
@@ -71,17 +71,28 @@ _lanes: weakref.WeakKeyDictionary[Any, Lane | AsyncLane | None] = weakref.WeakKe
 _making = threading.Lock()
 
 
-class Lane:
-    """Connections of one client's pool, kept between calls of :meth:`evalsha`."""
+class _Kept:
+    """What a lane keeps: its client's pool, how to pack a command, the idle connections
+    and how many of them it may keep (:data:`IDLE`, fewer from a bounded pool)."""
 
-    __slots__ = ("_idle", "_keep", "_pack", "_pid", "pool")
+    __slots__ = ("_idle", "_keep", "_pack", "pool")
 
     def __init__(self, pool: Any, pack: Packer) -> None:
         self.pool = pool
         self._pack = pack
         self._idle: list[Any] = []
+        bound = getattr(pool, "max_connections", None)
+        self._keep = IDLE if not isinstance(bound, int) else max(1, min(IDLE, bound // 8))
+
+
+class Lane(_Kept):
+    """Connections of one client's pool, kept between calls of :meth:`evalsha`."""
+
+    __slots__ = ("_pid",)
+
+    def __init__(self, pool: Any, pack: Packer) -> None:
+        super().__init__(pool, pack)
         self._pid = forks.pid()
-        self._keep = _idle_bound(pool)
 
     def evalsha(self, sha: str, keys: tuple[str, ...], args: tuple[Any, ...]) -> Any:
         """``EVALSHA sha`` with ``keys`` and ``args``: Redis's reply, or its error raised
@@ -139,17 +150,11 @@ class Lane:
             self.pool.release(connection)
 
 
-class AsyncLane:
+class AsyncLane(_Kept):
     """The asyncio twin of :class:`Lane`: connections of an asyncio client's pool (one
     event loop's), kept between calls of :meth:`evalsha`."""
 
-    __slots__ = ("_idle", "_keep", "_pack", "pool")
-
-    def __init__(self, pool: Any, pack: Packer) -> None:
-        self.pool = pool
-        self._pack = pack
-        self._idle: list[Any] = []
-        self._keep = _idle_bound(pool)
+    __slots__ = ()
 
     async def evalsha(self, sha: str, keys: tuple[str, ...], args: tuple[Any, ...]) -> Any:
         """As :meth:`Lane.evalsha`.  A call cancelled between writing and reading closes
@@ -200,22 +205,17 @@ class AsyncLane:
             await self.pool.release(connection)
 
 
-def _idle_bound(pool: Any) -> int:
-    bound = getattr(pool, "max_connections", None)
-    return IDLE if not isinstance(bound, int) else max(1, min(IDLE, bound // 8))
-
-
-def _packer(pool: Any, hiredis: bool) -> Packer:
+def _packer(pool: Any, hiredis_packs: bool) -> Packer:
     """Pack as the pool's connections do: with hiredis where redis-py packs with it
-    (``hiredis``: sync connections, when redis-py found it; it encodes text as
-    UTF-8 whatever the encoding), else with the pool's encoder (asyncio
+    (``hiredis_packs``: sync connections, when redis-py found it; it encodes text
+    as UTF-8 whatever the encoding), else with the pool's encoder (asyncio
     connections always pack so; with UTF-8, strict, both give the same bytes)."""
     kwargs = pool.connection_kwargs
     utf8 = (
         kwargs.get("encoding", "utf-8") in ("utf-8", "utf8")
         and kwargs.get("encoding_errors", "strict") == "strict"
     )
-    if HIREDIS_AVAILABLE and (hiredis or utf8):
+    if HIREDIS_AVAILABLE and (hiredis_packs or utf8):
         from hiredis import pack_command
 
         def pack(command: tuple[Any, ...]) -> list[bytes]:
@@ -247,8 +247,8 @@ def _make(client: Any) -> Lane | AsyncLane | None:
             # redis-py's asyncio Sentinel pool cannot say whether a connection
             # still points at the master (its owns_connection() fails).
             return None
-        return AsyncLane(pool, _packer(pool, hiredis=False))
-    return Lane(pool, _packer(pool, hiredis=True))
+        return AsyncLane(pool, _packer(pool, hiredis_packs=False))
+    return Lane(pool, _packer(pool, hiredis_packs=True))
 
 
 def _lane_of(client: Any) -> Lane | AsyncLane | None:

@@ -163,7 +163,8 @@ def test_commands_are_packed_as_redis_py_packs_them(server, encoding):
     pool = client.connection_pool
     command = ("EVALSHA", "ab" * 20, 2, "k1", "ké", 1.5, -3, 10**20, b"\xff", "é")
     borrowed = pool.get_connection()
-    assert b"".join(lanes._packer(pool, hiredis=True)(command)) == b"".join(borrowed.pack_command(*command))
+    packed = b"".join(lanes._packer(pool, hiredis_packs=True)(command))
+    assert packed == b"".join(borrowed.pack_command(*command))
     pool.release(borrowed)
     client.close()
 
@@ -277,7 +278,7 @@ async def test_async_commands_are_packed_as_redis_py_packs_them(server, encoding
     pool = client.connection_pool
     command = ("EVALSHA", "ab" * 20, 2, "k1", "ké", 1.5, -3, 10**20, b"\xff", "é")
     borrowed = await pool.get_connection()
-    packed = b"".join(lanes._packer(pool, hiredis=False)(command))
+    packed = b"".join(lanes._packer(pool, hiredis_packs=False)(command))
     assert packed == b"".join(borrowed.pack_command(*command))
     await pool.release(borrowed)
     await client.aclose()
