@@ -55,6 +55,9 @@
 -- does within milliseconds; a dead one is then dropped from the queue instead
 -- of holding up the waiters behind it until its ticket runs out.
 local CLAIM_MS = 500
+-- A grant names the waiter likely to be served after its holder only when
+-- LIMIT is at most this (see grant_first): reading further costs every release.
+local GUESS_MAX = 16
 -- Recent hold times, packed in one integer field of the holds HASH so that a
 -- release records one with a single HINCRBY: sum of the holds in ms x SCALE +
 -- their number. Both halve when the number reaches SAMPLES (older holds weigh
@@ -369,20 +372,30 @@ end
 -- claim lease of CLAIM_MS: a live waiter turns it into a lease of its own
 -- TIMEOUT with its first refresh, within milliseconds; a dead one loses it
 -- when it expires, instead of holding up the waiters behind it. Each one
--- granted leaves the queue and is appended to `out` with its grant
--- ("token:acquired_ms:expires_ms:slots"), which the caller pushes to its
--- wake-up list (wake.lua), preceded by the TTL for the lists (that of the
--- queue keys, which outlive every waiter's lease, and at least 10 s). At most
--- `free` members are read (each needs >= 1 permit).
-local function grant_first(now, clock, free, out)
+-- granted leaves the queue and gets its grant
+-- ("token:acquired_ms:expires_ms:slots:successor") in its wake-up list: pushed
+-- here if it is `push.id` (a release given that waiter's list as
+-- `push.key`), else appended to `out` with its identifier, for the caller to
+-- push (wake.lua), after the TTL for the lists (that of the queue keys,
+-- which outlive every waiter's lease, and at least 10 s). `successor`: with
+-- `limit` at most GUESS_MAX, the waiter `limit` places behind it in the queue:
+-- the one its holder's release is likely to serve (with equal holds, exactly),
+-- so that release names that waiter's list and pushes its grant in the same
+-- script ('' when the queue is shorter). At most `free` + GUESS_MAX members
+-- are read.
+local function grant_first(now, clock, free, out, limit, push)
   local st = nil
   local first = #out + 1
   local taken = 0
-  for _, w in ipairs(redis.call('ZRANGE', KEYS[4], 0, free - 1)) do
+  local ttl = nil
+  local behind = limit <= GUESS_MAX and limit or 0
+  local members = redis.call('ZRANGE', KEYS[4], 0, free - 1 + behind)
+  for i, w in ipairs(members) do
+    if i > free then break end
     local id, permits = member_parts(w)
     taken = taken + permits
     if taken > free then break end
-    if #out < first then out[first] = math.max(10000, redis.call('PTTL', KEYS[5])) end
+    if not ttl then ttl = math.max(10000, redis.call('PTTL', KEYS[5])) end
     local rec = redis.call('HMGET', KEYS[6], id, '@' .. id)
     local meta = rec[1] and string.match(rec[1], '^%d+:%d+:(.*)$') or '{}'
     if not st then st = grant_state(now, clock) end
@@ -393,8 +406,16 @@ local function grant_first(now, clock, free, out)
     redis.call('HDEL', KEYS[6], id, '@' .. id)
     if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 1 then
       local token, slots = hold(st, id, permits, expires, CLAIM_MS, meta)
-      out[#out + 1] = id
-      out[#out + 1] = token .. ':' .. now .. ':' .. expires .. ':' .. slots
+      local later = behind > 0 and members[i + behind]
+      local grant = token .. ':' .. now .. ':' .. expires .. ':' .. slots .. ':' .. (later and member_parts(later) or '')
+      if push and id == push.id then
+        redis.call('RPUSH', push.key, grant)
+        lengthen(push.key, ttl)
+      else
+        if #out < first then out[first] = ttl end
+        out[#out + 1] = id
+        out[#out + 1] = grant
+      end
     end
   end
 end
@@ -458,13 +479,14 @@ local function grant_total(now, clock, limit, total, out, me)
   end
 end
 
--- Permits came free (release, abandon): grant them to the first waiters.
-local function wake(now, clock, limit, out)
+-- Permits came free (release, abandon): grant them to the first waiters
+-- (`push`: see grant_first).
+local function wake(now, clock, limit, out, push)
   local waiting = purge_waiters(now)
   if waiting == 0 then return end
   purge_holders(now, 100)
   local free = limit - permits_held()
-  if free > 0 then grant_first(now, clock, free, out) end
+  if free > 0 then grant_first(now, clock, free, out, limit, push) end
 end
 
 -- TOTAL: permits came free (release, abandon): grant them (grant_total).

@@ -192,7 +192,7 @@ local out = {0, 0, ahead, 0, '', 0}
 -- lease expired, which wakes nobody; or a woken waiter never came): wake
 -- those waiters, so that a dead one among them is dropped after its claim
 -- window instead of holding up this caller until its ticket runs out.
-if used < limit and waiting > 0 then grant_first(now, clock, limit - used, out) end
+if used < limit and waiting > 0 then grant_first(now, clock, limit - used, out, limit) end
 
 if ticket > 0 and not member and cap and waiting >= cap then
   -- MAX_WAITERS wait already: refused at once, not queued.

@@ -39,6 +39,10 @@ class Granted:
     #: TOTAL, a dry run: enforcing would have refused this caller with reason
     #: "total" (its partition had room, the name had none).
     over_total: bool = False
+    #: The waiter a pushed grant named as likely to be served right after this
+    #: holder ("lua"): the release names its wake-up list, so that its grant is
+    #: pushed by the release script itself ("": none known).
+    successor: str = ""
 
 
 @dataclass(slots=True)
@@ -138,12 +142,19 @@ class Algorithm(Protocol):
         ...
 
     def release(
-        self, keys: PartitionKeys, limit: int, identifier: str, acquired_ms: int | None = None
+        self,
+        keys: PartitionKeys,
+        limit: int,
+        identifier: str,
+        acquired_ms: int | None = None,
+        successor: str = "",
     ) -> Operation[bool]:
         """Give the slot back; True if it was still held.
 
         ``acquired_ms`` (when the slot was granted) lets an algorithm record
-        the hold time, for Retry-After estimates; the others ignore it.
+        the hold time, for Retry-After estimates; ``successor`` (the grant's
+        :attr:`Granted.successor`) lets it push that waiter's grant in the
+        same script if the release serves it; the others ignore both.
         """
         ...
 

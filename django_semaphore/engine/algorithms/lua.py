@@ -5,7 +5,10 @@ callers wait are granted to the first of them by the script that freed them
 (direct grant: a release, an abandon, or an acquire that finds free permits
 nobody took), in queue order; the grants are pushed to those waiters' lists
 by a second script (``wake.lua``), to which the operation passes their keys:
-one more round trip, only when there are waiters.  A waiter's grant is a
+one more round trip, only when there are waiters.  Except for one: each grant
+names the waiter likely to be served right after its holder (with equal
+holds, the one LIMIT places behind it), and the holder's release passes that
+waiter's list, so a release that serves it pushes its grant itself.  A waiter's grant is a
 claim lease of half a second, which its first refresh turns into its own.
 """
 
@@ -60,18 +63,28 @@ class Lua:
         return Refused(reply[1], reply[2], reply[3], as_str(reply[4]), reply[5] == 1)
 
     def release(
-        self, keys: PartitionKeys, limit: int, identifier: str, acquired_ms: int | None = None
+        self,
+        keys: PartitionKeys,
+        limit: int,
+        identifier: str,
+        acquired_ms: int | None = None,
+        successor: str = "",
     ) -> Operation[bool]:
         """Give the slot back; True if it was still held. ``acquired_ms`` (server
-        time of the grant) records the hold time, for Retry-After estimates."""
-        reply = yield Script(
-            RELEASE, keys.main, (identifier, limit, "" if acquired_ms is None else acquired_ms)
-        )
+        time of the grant) records the hold time, for Retry-After estimates.
+        ``successor``: the waiter the grant named as likely next; if this release
+        serves it, its grant is pushed by the release script itself (one round
+        trip, not two)."""
+        args: tuple[Any, ...] = (identifier, limit, "" if acquired_ms is None else acquired_ms)
+        if successor:
+            reply = yield Script(RELEASE, keys.main + (keys.wake(successor),), (*args, successor))
+        else:
+            reply = yield Script(RELEASE, keys.main, args)
         yield from wake(keys, reply, 1)
         return bool(reply[0] == 1)
 
     def grant_from(self, payload: Any, permits: int, slots: bool) -> Granted | None:
-        """The grant a release pushed to a waiter (``token:acquired_ms:expires_ms:slots``)."""
+        """The grant a release pushed to a waiter (see :func:`parse_grant`)."""
         return parse_grant(payload, permits, slots)
 
     def refresh(self, keys: PartitionKeys, timeout_ms: int, identifier: str) -> Operation[float | None]:
@@ -119,9 +132,13 @@ def wake(keys: PartitionKeys, reply: Any, start: int) -> Operation[None]:
 
 def parse_grant(payload: Any, permits: int, slots: bool) -> Granted | None:
     """The grant a release pushed to a waiter's wake-up list
-    (``token:acquired_ms:expires_ms:slots``), or None for anything else."""
-    parts = as_str(payload).split(":")
-    if len(parts) != 4 or not parts[0].isdigit():
+    (``token:acquired_ms:expires_ms:slots:successor``; TOTAL's have no
+    successor), or None for anything else."""
+    parts = as_str(payload).split(":", 4)
+    if len(parts) < 4 or not parts[0].isdigit():
         return None
     numbers = parse_slots(parts[3]) if slots else ()
-    return Granted(int(parts[0]), int(parts[1]), int(parts[2]), False, numbers, permits)
+    granted = Granted(int(parts[0]), int(parts[1]), int(parts[2]), False, numbers, permits)
+    if len(parts) == 5:
+        granted.successor = parts[4]
+    return granted

@@ -147,7 +147,12 @@ class Basic:
         return Refused(_retry_ms(reply[6], now, timeout_ms))
 
     def release(
-        self, keys: PartitionKeys, limit: int, identifier: str, acquired_ms: int | None = None
+        self,
+        keys: PartitionKeys,
+        limit: int,
+        identifier: str,
+        acquired_ms: int | None = None,
+        successor: str = "",
     ) -> Operation[bool]:
         """Give the slot back; True if it was still live (``acquired_ms`` is ignored)."""
         now = client_ms()

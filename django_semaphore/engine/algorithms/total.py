@@ -79,7 +79,12 @@ class TotalLua(Lua):
         return Refused(reply[1], reply[2], reply[3], as_str(reply[4]), reply[5] == 1, reply[6] == 1)
 
     def release(
-        self, keys: PartitionKeys, limit: int, identifier: str, acquired_ms: int | None = None
+        self,
+        keys: PartitionKeys,
+        limit: int,
+        identifier: str,
+        acquired_ms: int | None = None,
+        successor: str = "",
     ) -> Operation[bool]:
         """As :meth:`Lua.release <.lua.Lua.release>`: the freed permits go to the
         waiters of every partition, by the fair-share policy."""

@@ -28,7 +28,7 @@ from django_semaphore.backend.scripting import Script, execute, run
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest, Granted, Refused
 from django_semaphore.engine.inspection import holders, purge, status
 from django_semaphore.engine.waiting import TICKET_MS
-from tests.support.helpers import wait_until
+from tests.support.helpers import count_round_trips, wait_until
 from tests.support.settings_web import WEB_SEMAPHORES
 
 LUA = ALGORITHMS["lua"]
@@ -447,6 +447,93 @@ def test_a_release_grants_the_head_waiters_in_queue_order_inside_the_script(raw_
     check(LUA.abandon(keys, 2, "w2"))
     assert [h.identifier for h in check(holders(keys, LUA))] == ["w1", "w3"]
     assert raw_redis.exists(keys.wake("w2")) == 0 and raw_redis.zcard(keys.queue) == 0
+
+
+def _queue(check, keys, limit, *waiters, priority=0):
+    for waiter in waiters:
+        request = AcquireRequest(waiter, "{}", 30000, ticket_ms=TICKET_MS, priority=priority)
+        assert isinstance(check(LUA.acquire(keys, limit, request)), Refused)
+
+
+def _grant_in(raw_redis, keys, waiter):
+    (payload,) = raw_redis.lrange(keys.wake(waiter), 0, -1)
+    return LUA.grant_from(payload, 1, False)
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_a_grant_names_the_waiter_its_release_is_likely_to_serve(declared, raw_redis, limit):
+    # With equal holds, the releases serve the queue in the order the holders were
+    # granted, so a holder's release serves the waiter LIMIT places behind it.
+    keys = Semaphore(f"named-{limit}", limit=limit).partition()
+    check = declared.run
+    held = [check(LUA.acquire(keys, limit, AcquireRequest(f"h{i}", "{}", 30000))) for i in range(limit)]
+    waiters = [f"w{i}" for i in range(2 * limit)]
+    _queue(check, keys, limit, *waiters)
+    for i, holder in enumerate(held):
+        assert check(LUA.release(keys, limit, f"h{i}", holder.acquired_ms)) is True
+    for i in range(limit):
+        assert _grant_in(raw_redis, keys, waiters[i]).successor == waiters[i + limit]
+    assert LUA.grant_from(b"1:2:3:", 1, False).successor == ""  # TOTAL's grants name nobody
+    # The queue ends within LIMIT places: nobody is named.
+    raw_redis.delete(keys.wake(waiters[0]))
+    assert check(LUA.release(keys, limit, waiters[0])) is True  # grants w{limit}
+    assert _grant_in(raw_redis, keys, waiters[limit]).successor == ""
+
+
+def test_a_release_pushes_the_grant_of_the_waiter_it_names_itself(declared, raw_redis):
+    keys = Semaphore("named-push", limit=1).partition()
+    check = declared.run
+    holder = check(LUA.acquire(keys, 1, AcquireRequest("h", "{}", 30000)))
+    _queue(check, keys, 1, "w1", "w2", "w3")
+    assert check(LUA.release(keys, 1, "h", holder.acquired_ms)) is True
+    assert declared.scripts[-2:] == ["release", "wake"]  # h was granted at once: it names nobody
+    w1 = _grant_in(raw_redis, keys, "w1")
+    assert w1.successor == "w2" and check(LUA.refresh(keys, 30000, "w1"))
+    # w1's release names w2 and serves it: one script, which pushed w2's grant.
+    assert check(LUA.release(keys, 1, "w1", w1.acquired_ms, w1.successor)) is True
+    assert declared.scripts[-1] == "release"
+    w2 = _grant_in(raw_redis, keys, "w2")
+    assert w2.token > w1.token and w2.successor == "w3"
+    assert [h.identifier for h in check(holders(keys, LUA))] == ["w2"]
+    assert check(LUA.refresh(keys, 30000, "w2"))
+    # A waiter of a higher priority arrived meanwhile: the release serves it, not
+    # the waiter it named, and pushes its grant with the second script as before.
+    _queue(check, keys, 1, "urgent", priority=5)
+    assert check(LUA.release(keys, 1, "w2", w2.acquired_ms, w2.successor)) is True
+    assert declared.scripts[-2:] == ["release", "wake"]
+    assert _grant_in(raw_redis, keys, "urgent").token > w2.token
+    assert raw_redis.exists(keys.wake("w3")) == 0
+    assert [h.identifier for h in check(holders(keys, LUA))] == ["urgent"]
+    # The named waiter gave up before the release: nothing is pushed to its list.
+    check(LUA.abandon(keys, 1, "w3"))
+    assert check(LUA.release(keys, 1, "urgent", None, "w3")) is True
+    assert raw_redis.exists(keys.wake("w3")) == 0 and check(holders(keys, LUA)) == []
+
+
+def test_a_chain_of_waiters_hands_over_with_one_round_trip_per_release(monkeypatch):
+    # Each waiter's lease knows whom its release serves, so after the first
+    # hand-over (from a holder granted at once) no release needs wake.lua.
+    sem = Semaphore("named-chain", limit=1, timeout=30)
+    first = sem.acquire()
+    got = {}
+    threads = []
+    for n in range(4):
+        thread = threading.Thread(target=lambda n=n: got.__setitem__(n, sem.acquire(wait=10)))
+        thread.start()
+        threads.append(thread)
+        wait_until(lambda n=n: sem.status().waiting == n + 1, 5, message="queued")
+    assert first.release() is True
+    for n in range(4):
+        threads[n].join(10)
+        lease = got[n]
+        assert lease is not None and lease.ticket
+        if n < 3:
+            sent = count_round_trips(monkeypatch)
+            assert lease.release() is True
+            assert sent == ["EVALSHA"]  # the release script alone: it pushed the next grant
+            monkeypatch.undo()
+    assert got[3].release() is True
+    assert [got[n].token for n in range(4)] == sorted(got[n].token for n in range(4))
 
 
 def test_a_granted_waiter_holds_its_own_timeout_after_one_refresh():
