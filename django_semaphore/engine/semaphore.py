@@ -746,7 +746,7 @@ class Lease:
         "_retrying",
         "_pid",
         "_handed_off",
-        "_successor",
+        "_successors",
         "__weakref__",
     )
 
@@ -782,7 +782,7 @@ class Lease:
         #: waited in the queue, else "": with the token, the server's own
         #: record of arrival and grant order.
         self.ticket = granted.ticket
-        self._successor = granted.successor  # the waiter likely served by its release
+        self._successors = granted.successors  # the waiters likely served by its release
         self._started = time.monotonic()  # for the hold time (stats)
         self._done = False
         self._lost = False
@@ -935,7 +935,7 @@ class Lease:
         # acquired_ms lets "lua" record the hold time (for Retry-After estimates).
         # The limit in force (an override) decides how many waiters to wake.
         limit = control.cached(self.config).limit
-        return self._algorithm.release(self.keys, limit, self.identifier, self.acquired_ms, self._successor)
+        return self._algorithm.release(self.keys, limit, self.identifier, self.acquired_ms, self._successors)
 
     def _usable(self) -> bool:
         return not (self._done or self._lost or self._handed_off or self._pid != forks.pid())

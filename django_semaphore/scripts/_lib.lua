@@ -374,22 +374,25 @@ end
 -- when it expires, instead of holding up the waiters behind it. Each one
 -- granted leaves the queue and gets its grant
 -- ("token:acquired_ms:expires_ms:slots:successor") in its wake-up list: pushed
--- here if it is `push.id` (a release given that waiter's list as
--- `push.key`), else appended to `out` with its identifier, for the caller to
+-- here if `push` (a release's: identifier -> wake-up list) holds its list,
+-- else appended to `out` with its identifier, for the caller to
 -- push (wake.lua), after the TTL for the lists (that of the queue keys,
 -- which outlive every waiter's lease, and at least 10 s). `successor`: with
--- `limit` at most GUESS_MAX, the waiter `limit` places behind it in the queue:
--- the one its holder's release is likely to serve (with equal holds, exactly),
--- so that release names that waiter's list and pushes its grant in the same
--- script ('' when the queue is shorter). At most `free` + GUESS_MAX members
--- are read.
+-- `limit` at most GUESS_MAX, the waiters its holder's release is likely to
+-- serve, comma-separated: the one `limit` places behind it in the queue (with
+-- equal holds, exactly that one) and, with LIMIT > 1, the ones just before and
+-- after it (the other holders' releases, one per holder as a rule, may come
+-- one more or one fewer before its own); that release names their lists and
+-- pushes the grant of the one it serves in the same script ('' when the queue
+-- is shorter). At most `free` + GUESS_MAX + 1 members are read.
 local function grant_first(now, clock, free, out, limit, push)
   local st = nil
   local first = #out + 1
   local taken = 0
   local ttl = nil
   local behind = limit <= GUESS_MAX and limit or 0
-  local members = redis.call('ZRANGE', KEYS[4], 0, free - 1 + behind)
+  local spread = behind > 1 and 1 or 0
+  local members = redis.call('ZRANGE', KEYS[4], 0, free - 1 + behind + spread)
   for i, w in ipairs(members) do
     if i > free then break end
     local id, permits = member_parts(w)
@@ -406,11 +409,15 @@ local function grant_first(now, clock, free, out, limit, push)
     redis.call('HDEL', KEYS[6], id, '@' .. id)
     if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 1 then
       local token, slots = hold(st, id, permits, expires, CLAIM_MS, meta)
-      local later = behind > 0 and members[i + behind]
-      local grant = token .. ':' .. now .. ':' .. expires .. ':' .. slots .. ':' .. (later and member_parts(later) or '')
-      if push and id == push.id then
-        redis.call('RPUSH', push.key, grant)
-        lengthen(push.key, ttl)
+      local later = {}
+      for k = i + behind - spread, i + behind + spread do
+        if behind > 0 and members[k] then later[#later + 1] = member_parts(members[k]) end
+      end
+      local grant = token .. ':' .. now .. ':' .. expires .. ':' .. slots .. ':' .. table.concat(later, ',')
+      local key = push and push[id]
+      if key then
+        redis.call('RPUSH', key, grant)
+        lengthen(key, ttl)
       else
         if #out < first then out[first] = ttl end
         out[#out + 1] = id

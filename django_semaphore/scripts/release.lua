@@ -1,8 +1,8 @@
 -- Release a holder's permits. ARGV: identifier, limit, when the lease was
 -- granted (server ms, to record the hold time; '': record nothing), and
--- optionally the waiter its grant named as likely to come next, whose
--- wake-up list is KEYS[8]: if that waiter is granted now, its grant is
--- pushed here (see grant_first).
+-- optionally the waiters its grant named as likely to come next, whose
+-- wake-up lists are KEYS[8], KEYS[9]...: a grant to one of them is pushed
+-- here (see grant_first).
 -- Returns {1 if the identifier still held a live lease else 0, [wake TTL ms, id, ...]}:
 -- the other waiters granted, whose wake-ups the caller pushes (wake.lua).
 -- The common case (one permit, no slot numbers, nobody waiting) is five
@@ -36,7 +36,10 @@ if not found[3] then return {live and 1 or 0} end
 -- (the rest of the script)
 local out = {live and 1 or 0}
 local push = nil
-if ARGV[4] and ARGV[4] ~= '' then push = {id = ARGV[4], key = KEYS[8]} end
+for i = 4, #ARGV do
+  push = push or {}
+  push[ARGV[i]] = KEYS[i + 4]
+end
 wake(now, clock, tonumber(ARGV[2]), out, push)
 if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('HDEL', KEYS[3], 'w') end
 return out

@@ -39,10 +39,10 @@ class Granted:
     #: TOTAL, a dry run: enforcing would have refused this caller with reason
     #: "total" (its partition had room, the name had none).
     over_total: bool = False
-    #: The waiter a pushed grant named as likely to be served right after this
-    #: holder ("lua"): the release names its wake-up list, so that its grant is
-    #: pushed by the release script itself ("": none known).
-    successor: str = ""
+    #: The waiters a pushed grant named as likely to be served by this holder's
+    #: release ("lua"): the release names their wake-up lists, so that the
+    #: grant of the one it serves is pushed by the release script itself.
+    successors: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -147,14 +147,14 @@ class Algorithm(Protocol):
         limit: int,
         identifier: str,
         acquired_ms: int | None = None,
-        successor: str = "",
+        successors: tuple[str, ...] = (),
     ) -> Operation[bool]:
         """Give the slot back; True if it was still held.
 
         ``acquired_ms`` (when the slot was granted) lets an algorithm record
-        the hold time, for Retry-After estimates; ``successor`` (the grant's
-        :attr:`Granted.successor`) lets it push that waiter's grant in the
-        same script if the release serves it; the others ignore both.
+        the hold time, for Retry-After estimates; ``successors`` (the grant's
+        :attr:`Granted.successors`) lets it push the grant of the one it
+        serves in the same script; the others ignore both.
         """
         ...
 

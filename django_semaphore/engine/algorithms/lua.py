@@ -6,9 +6,10 @@ callers wait are granted to the first of them by the script that freed them
 nobody took), in queue order; the grants are pushed to those waiters' lists
 by a second script (``wake.lua``), to which the operation passes their keys:
 one more round trip, only when there are waiters.  Except for one: each grant
-names the waiter likely to be served right after its holder (with equal
-holds, the one LIMIT places behind it), and the holder's release passes that
-waiter's list, so a release that serves it pushes its grant itself.  A waiter's grant is a
+names the waiters its holder's release is likely to serve (with equal holds,
+the one LIMIT places behind it; with LIMIT > 1 the ones next to it too), and
+the holder's release passes their lists, so a release that serves one pushes
+its grant itself.  A waiter's grant is a
 claim lease of half a second, which its first refresh turns into its own.
 """
 
@@ -68,16 +69,17 @@ class Lua:
         limit: int,
         identifier: str,
         acquired_ms: int | None = None,
-        successor: str = "",
+        successors: tuple[str, ...] = (),
     ) -> Operation[bool]:
         """Give the slot back; True if it was still held. ``acquired_ms`` (server
         time of the grant) records the hold time, for Retry-After estimates.
-        ``successor``: the waiter the grant named as likely next; if this release
-        serves it, its grant is pushed by the release script itself (one round
-        trip, not two)."""
+        ``successors``: the waiters the grant named as likely next; if this
+        release serves one, its grant is pushed by the release script itself
+        (one round trip, not two)."""
         args: tuple[Any, ...] = (identifier, limit, "" if acquired_ms is None else acquired_ms)
-        if successor:
-            reply = yield Script(RELEASE, keys.main + (keys.wake(successor),), (*args, successor))
+        if successors:
+            lists = tuple(keys.wake(waiter) for waiter in successors)
+            reply = yield Script(RELEASE, keys.main + lists, (*args, *successors))
         else:
             reply = yield Script(RELEASE, keys.main, args)
         yield from wake(keys, reply, 1)
@@ -139,6 +141,6 @@ def parse_grant(payload: Any, permits: int, slots: bool) -> Granted | None:
         return None
     numbers = parse_slots(parts[3]) if slots else ()
     granted = Granted(int(parts[0]), int(parts[1]), int(parts[2]), False, numbers, permits)
-    if len(parts) == 5:
-        granted.successor = parts[4]
+    if len(parts) == 5 and parts[4]:
+        granted.successors = tuple(parts[4].split(","))
     return granted

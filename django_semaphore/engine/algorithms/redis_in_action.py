@@ -152,7 +152,7 @@ class Basic:
         limit: int,
         identifier: str,
         acquired_ms: int | None = None,
-        successor: str = "",
+        successors: tuple[str, ...] = (),
     ) -> Operation[bool]:
         """Give the slot back; True if it was still live (``acquired_ms`` is ignored)."""
         now = client_ms()

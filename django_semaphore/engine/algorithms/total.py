@@ -84,7 +84,7 @@ class TotalLua(Lua):
         limit: int,
         identifier: str,
         acquired_ms: int | None = None,
-        successor: str = "",
+        successors: tuple[str, ...] = (),
     ) -> Operation[bool]:
         """As :meth:`Lua.release <.lua.Lua.release>`: the freed permits go to the
         waiters of every partition, by the fair-share policy."""

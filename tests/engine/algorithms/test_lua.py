@@ -461,9 +461,16 @@ def _grant_in(raw_redis, keys, waiter):
 
 
 @pytest.mark.parametrize("limit", [1, 3])
-def test_a_grant_names_the_waiter_its_release_is_likely_to_serve(declared, raw_redis, limit):
+def test_a_grant_names_the_waiters_its_release_is_likely_to_serve(declared, raw_redis, limit):
     # With equal holds, the releases serve the queue in the order the holders were
-    # granted, so a holder's release serves the waiter LIMIT places behind it.
+    # granted, so a holder's release serves the waiter LIMIT places behind it;
+    # with LIMIT > 1, one more or one fewer of the others' releases may come
+    # first, so the waiters next to it are named too.
+    spread = 1 if limit > 1 else 0
+
+    def named(queue):  # the waiters a grant to queue[0] names
+        return tuple(queue[limit - spread : limit + spread + 1])
+
     keys = Semaphore(f"named-{limit}", limit=limit).partition()
     check = declared.run
     held = [check(LUA.acquire(keys, limit, AcquireRequest(f"h{i}", "{}", 30000))) for i in range(limit)]
@@ -472,12 +479,14 @@ def test_a_grant_names_the_waiter_its_release_is_likely_to_serve(declared, raw_r
     for i, holder in enumerate(held):
         assert check(LUA.release(keys, limit, f"h{i}", holder.acquired_ms)) is True
     for i in range(limit):
-        assert _grant_in(raw_redis, keys, waiters[i]).successor == waiters[i + limit]
-    assert LUA.grant_from(b"1:2:3:", 1, False).successor == ""  # TOTAL's grants name nobody
-    # The queue ends within LIMIT places: nobody is named.
+        assert _grant_in(raw_redis, keys, waiters[i]).successors == named(waiters[i:])
+    assert named(waiters)[spread] == waiters[limit]  # the one LIMIT places behind
+    assert LUA.grant_from(b"1:2:3:", 1, False).successors == ()  # TOTAL's grants name nobody
+    # Near the end of the queue, only the waiters still in it are named.
     raw_redis.delete(keys.wake(waiters[0]))
     assert check(LUA.release(keys, limit, waiters[0])) is True  # grants w{limit}
-    assert _grant_in(raw_redis, keys, waiters[limit]).successor == ""
+    assert _grant_in(raw_redis, keys, waiters[limit]).successors == named(waiters[limit:])
+    assert named(waiters[limit:]) == (() if limit == 1 else (waiters[-1],))
 
 
 def test_a_release_pushes_the_grant_of_the_waiter_it_names_itself(declared, raw_redis):
@@ -488,25 +497,25 @@ def test_a_release_pushes_the_grant_of_the_waiter_it_names_itself(declared, raw_
     assert check(LUA.release(keys, 1, "h", holder.acquired_ms)) is True
     assert declared.scripts[-2:] == ["release", "wake"]  # h was granted at once: it names nobody
     w1 = _grant_in(raw_redis, keys, "w1")
-    assert w1.successor == "w2" and check(LUA.refresh(keys, 30000, "w1"))
+    assert w1.successors == ("w2",) and check(LUA.refresh(keys, 30000, "w1"))
     # w1's release names w2 and serves it: one script, which pushed w2's grant.
-    assert check(LUA.release(keys, 1, "w1", w1.acquired_ms, w1.successor)) is True
+    assert check(LUA.release(keys, 1, "w1", w1.acquired_ms, w1.successors)) is True
     assert declared.scripts[-1] == "release"
     w2 = _grant_in(raw_redis, keys, "w2")
-    assert w2.token > w1.token and w2.successor == "w3"
+    assert w2.token > w1.token and w2.successors == ("w3",)
     assert [h.identifier for h in check(holders(keys, LUA))] == ["w2"]
     assert check(LUA.refresh(keys, 30000, "w2"))
     # A waiter of a higher priority arrived meanwhile: the release serves it, not
     # the waiter it named, and pushes its grant with the second script as before.
     _queue(check, keys, 1, "urgent", priority=5)
-    assert check(LUA.release(keys, 1, "w2", w2.acquired_ms, w2.successor)) is True
+    assert check(LUA.release(keys, 1, "w2", w2.acquired_ms, w2.successors)) is True
     assert declared.scripts[-2:] == ["release", "wake"]
     assert _grant_in(raw_redis, keys, "urgent").token > w2.token
     assert raw_redis.exists(keys.wake("w3")) == 0
     assert [h.identifier for h in check(holders(keys, LUA))] == ["urgent"]
     # The named waiter gave up before the release: nothing is pushed to its list.
     check(LUA.abandon(keys, 1, "w3"))
-    assert check(LUA.release(keys, 1, "urgent", None, "w3")) is True
+    assert check(LUA.release(keys, 1, "urgent", None, ("w3",))) is True
     assert raw_redis.exists(keys.wake("w3")) == 0 and check(holders(keys, LUA)) == []
 
 
