@@ -55,7 +55,7 @@
 -- does within milliseconds; a dead one is then dropped from the queue instead
 -- of holding up the waiters behind it until its ticket runs out.
 local CLAIM_MS = 500
--- A grant names the waiter likely to be served after its holder only when
+-- A grant names the waiters its holder's release is likely to serve only when
 -- LIMIT is at most this (see grant_first): reading further costs every release.
 local GUESS_MAX = 16
 -- Recent hold times, packed in one integer field of the holds HASH so that a
