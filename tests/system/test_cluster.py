@@ -63,6 +63,40 @@ def test_purge_and_partitions_across_nodes(backend, backend_redis):
     assert all(lease.refresh() is False for lease in leases[:3])
 
 
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_release_pushes_the_named_waiters_grant_in_the_partitions_slot(backend, twin):
+    # A woken waiter's grant names the next waiter, whose wake-up list its release
+    # passes (same hash slot as the partition): on the cluster a list in another
+    # slot would be a CROSSSLOT error.
+    sem = Semaphore("cl-chain", limit=1, timeout=5)
+    first = sem.acquire(key="k")
+    got = {}
+
+    def wait(n):
+        if twin == "sync":
+            got[n] = sem.acquire(key="k", wait=5)
+        else:
+            got[n] = asyncio.run(sem.aacquire(key="k", wait=5))
+
+    threads = [threading.Thread(target=wait, args=(n,)) for n in range(2)]
+    for n, thread in enumerate(threads):
+        thread.start()
+        deadline = time.monotonic() + 5
+        while sem.status(key="k").waiting < n + 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert first.release() is True
+    threads[0].join(5)
+    assert got[0] is not None
+    if twin == "sync":
+        assert got[0].release() is True
+    else:
+        assert asyncio.run(got[0].arelease()) is True
+    threads[1].join(5)
+    assert got[1] is not None and got[1].token > got[0].token
+    assert got[0]._successors == (got[1].identifier,)  # the list its release pushed to
+    assert got[1].release() is True and sem.status(key="k").waiting == 0
+
+
 @pytest.mark.asyncio
 async def test_async_operations(backend, backend_redis):
     sem = Semaphore("cl-async", limit=2, timeout=5)
