@@ -271,9 +271,11 @@ def test_taking_turns_never_spins(settings, backend_redis, monkeypatch):
         wait_until(lambda: not turns._found and not turns._waiting, 5, message="nothing left to serve")
         assert turns._started <= 4
         # Partitions that other processes queue for: each thread looks, waits an interval, leaves.
+        # (The lock first: a park wakes the dispatcher at once, and one that took the
+        # partition before the lock was set would queue for its full slot.)
         for key in ("x", "y"):
-            park(sem, key, f"{key}2")
             backend_redis.set(store.lock_key(sem.partition(key)), "w:other-host:1:x", px=60_000)
+            park(sem, key, f"{key}2")
         started, t0 = turns._started, time.monotonic()
         wait_until(lambda: turns._started >= started + 4, 5, message="four turns")
         assert time.monotonic() - t0 >= 3 * 0.2 * 0.9  # one an interval, not a spin
