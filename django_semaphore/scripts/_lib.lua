@@ -410,8 +410,10 @@ local function grant_first(now, clock, free, out, limit, push)
     if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 1 then
       local token, slots = hold(st, id, permits, expires, CLAIM_MS, meta)
       local later = {}
-      for k = i + behind - spread, i + behind + spread do
-        if behind > 0 and members[k] then later[#later + 1] = member_parts(members[k]) end
+      if behind > 0 then
+        for k = i + behind - spread, i + behind + spread do
+          if members[k] then later[#later + 1] = member_parts(members[k]) end
+        end
       end
       local grant = token .. ':' .. now .. ':' .. expires .. ':' .. slots .. ':' .. table.concat(later, ',')
       local key = push and push[id]

@@ -76,12 +76,9 @@ class Lua:
         ``successors``: the waiters the grant named as likely next; if this
         release serves one, its grant is pushed by the release script itself
         (one round trip, not two)."""
-        args: tuple[Any, ...] = (identifier, limit, "" if acquired_ms is None else acquired_ms)
-        if successors:
-            lists = tuple(keys.wake(waiter) for waiter in successors)
-            reply = yield Script(RELEASE, keys.main + lists, (*args, *successors))
-        else:
-            reply = yield Script(RELEASE, keys.main, args)
+        lists = tuple(map(keys.wake, successors))
+        args = (identifier, limit, "" if acquired_ms is None else acquired_ms, *successors)
+        reply = yield Script(RELEASE, keys.main + lists, args)
         yield from wake(keys, reply, 1)
         return bool(reply[0] == 1)
 
