@@ -18,7 +18,7 @@ from django_semaphore import Semaphore
 from django_semaphore.backend import connection
 
 from .common import median
-from .rediscost import TOP_LEVEL, _usec
+from .rediscost import _run_calls, _usec, sent_usec
 
 BATCH = 10
 
@@ -45,14 +45,7 @@ def _batch(client, sem, kwargs):
             raise RuntimeError(f"{sem.name}: refused with nobody else using it")
         lease.release()
     after = _usec(client)
-    usec = calls = 0
-    for command, (u, c) in after.items():
-        b = before.get(command, (0, 0))
-        if command in TOP_LEVEL:
-            usec += u - b[0]
-        elif command not in ("info", "ping"):
-            calls += c - b[1]
-    return usec / BATCH, calls / BATCH
+    return sent_usec(after, before) / BATCH, _run_calls(after, before) / BATCH
 
 
 def measure(rounds=60):

@@ -7,6 +7,7 @@ in alternating batches of a few calls between INFO snapshots, at 10, 1 000 and
 client's own speed does not enter these figures.
 """
 
+import collections
 import time
 import uuid
 
@@ -20,21 +21,66 @@ from .peers import LEASE, SEED_ACQUIRE
 BATCH = 5
 
 
+# The plain commands this process sends (a quiet release's pipeline), tallied
+# by name: INFO commandstats counts a command the client sends and one a script
+# runs inside under the same name (TIME is both in a quiet cycle).
+_sent: collections.Counter[str] = collections.Counter()
+
+
+def _tally_sent():
+    """Wrap the driver so that every plain command it sends is tallied (once per process)."""
+    from django_semaphore.backend import scripting
+
+    if getattr(scripting.execute, "tallies", False):
+        return
+    original = scripting.execute
+
+    def execute(client, request):
+        if type(request) is scripting.Pipe:
+            _sent.update(str(command[0]).lower() for command in request.commands)
+        return original(client, request)
+
+    execute.tallies = True
+    scripting.execute = execute
+
+
 def _usec(client):
+    """INFO commandstats as {command: (usec, calls)}, with "sent:NAME": (0, count) for
+    the plain commands this process sent (see :func:`sent_usec`)."""
+    _tally_sent()
     stats = client.info("commandstats")
-    return {name[8:]: (v["usec"], v["calls"]) for name, v in stats.items()}
+    result = {name[8:]: (v["usec"], v["calls"]) for name, v in stats.items()}
+    result.update({f"sent:{name}": (0, count) for name, count in _sent.items()})
+    return result
+
+
+def sent_usec(after, before):
+    """Server usec of the commands the client sent between two :func:`_usec` snapshots:
+    its scripts and transactions (:data:`TOP_LEVEL`, what runs inside them
+    included) and its plain commands, each at its mean usec per call in the
+    interval (the same command run inside a script costs the same)."""
+    usec = sum(_delta(after, before, command)[0] for command in TOP_LEVEL)
+    for name in after:
+        if name.startswith("sent:"):
+            sent = _delta(after, before, name)[1]
+            total, calls = _delta(after, before, name[5:])
+            if sent and calls:
+                usec += total * min(sent, calls) / calls
+    return usec
+
+
+def _run_calls(after, before):
+    """Redis commands run between two snapshots: inside scripts, and plain ones sent."""
+    return sum(
+        _delta(after, before, command)[1]
+        for command in after
+        if command not in TOP_LEVEL and command not in ("info", "ping") and not command.startswith("sent:")
+    )
 
 
 def _delta(after, before, command):
     a, b = after.get(command, (0, 0)), before.get(command, (0, 0))
     return a[0] - b[0], a[1] - b[1]
-
-
-def _nested(after, before):
-    """Commands run inside scripts (``redis.call``) between two snapshots."""
-    return sum(
-        _delta(after, before, command)[1] for command in after if command not in ("evalsha", "eval", "info")
-    )
 
 
 def measure(rounds, holder_counts=(10, 1000, 10000)):
@@ -68,20 +114,15 @@ def measure(rounds, holder_counts=(10, 1000, 10000)):
             for identifier in ids:  # release_semaphore() of 6.3.1: one ZREM
                 client.zrem(seed_key, identifier)
             s4 = _usec(client)
-            for name, (after, before, command) in {
-                "acquire": (s1, s0, "evalsha"),
-                "release": (s2, s1, "evalsha"),
-                "seed_acquire": (s3, s2, "evalsha"),
-                "seed_release": (s4, s3, "zrem"),
-            }.items():
-                usec, n = _delta(after, before, command)
-                batches[name].append(usec / n)
             for name, (after, before) in {
                 "acquire": (s1, s0),
-                "release": (s2, s1),
+                "release": (s2, s1),  # a quiet release: plain commands, no script
                 "seed_acquire": (s3, s2),
             }.items():
-                calls[name].append(_nested(after, before) / BATCH)
+                batches[name].append(sent_usec(after, before) / BATCH)
+                calls[name].append(_run_calls(after, before) / BATCH)
+            usec, n = _delta(s4, s3, "zrem")
+            batches["seed_release"].append(usec / n)
             if batches["seed_acquire"][-1]:
                 ratios.append(batches["acquire"][-1] / batches["seed_acquire"][-1])
         # Medians over batches: a burst from another process on the machine
@@ -108,7 +149,7 @@ def _cycle_usec(client, sem, kwargs):
     for _ in range(BATCH):
         sem.acquire(**kwargs).release()
     after = _usec(client)
-    return sum(_delta(after, before, c)[0] for c in TOP_LEVEL) / BATCH
+    return sent_usec(after, before) / BATCH
 
 
 def per_cycle(rounds=100):
@@ -143,53 +184,62 @@ def per_cycle(rounds=100):
     return result
 
 
-# The same calls as our common acquire and release (issue 23), with nothing
-# around them: what the calls and the two EVALSHA with a partition's 7 keys
-# cost by themselves, the floor any Lua of ours could reach.
+# The same calls as our common acquire (issue 23), with nothing around them:
+# what the calls and an EVALSHA with a partition's 7 keys cost by themselves,
+# the floor any Lua of ours could reach.  (A quiet release is plain commands
+# already: both cycles of minimal_bound send the same ones.)
 MINIMAL_ACQUIRE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HMGET', KEYS[3], '#', '+', 'w', 'e')
+redis.call('HMGET', KEYS[3], '#', '+', 'w', 'e', '%', 'r')
 redis.call('ZCARD', KEYS[1])
 local expires = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], 'NX', expires, ARGV[3])
 local token = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
 redis.call('HSET', KEYS[3], '#', token, ARGV[3], token .. ':' .. now .. ':' .. ARGV[4])
-return {1, token, now, expires, 0, ''}
+return {1, token, now, expires, 0, '', 1}
 """
-MINIMAL_RELEASE = """
-redis.call('TIME')
-redis.call('ZSCORE', KEYS[1], ARGV[1])
-redis.call('HMGET', KEYS[3], '*' .. ARGV[1], '@' .. ARGV[1], 'w', '%', 'r')
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1], '*' .. ARGV[1], '@' .. ARGV[1])
-return {1}
-"""
+
+#: A quiet release's plain commands (lua.quiet_release), by name: run only by
+#: the release in minimal_bound's cycles, but TIME (the acquire's first call too).
+_RELEASE_ONLY = ("zscore", "zrem", "hdel", "hget")
 
 
 def minimal_bound(rounds=20, cycles=200):
-    """Server usec per uncontended cycle of our two scripts and of MINIMAL_ACQUIRE /
-    MINIMAL_RELEASE (the same calls, keys and arguments), in alternating batches."""
-    from django_semaphore.engine.algorithms.lua import ACQUIRE, RELEASE
+    """Server usec per uncontended cycle of our acquire script and of MINIMAL_ACQUIRE
+    (the same calls, keys and arguments), each with the same quiet release, in
+    alternating batches."""
+    from django_semaphore.engine.algorithms.lua import ACQUIRE
 
     client = connection.get_client()
-    keys = Semaphore(f"minimal-{uuid.uuid4().hex[:6]}", limit=20, timeout=60).partition().main
-    pairs = {
-        "ours": (client.script_load(ACQUIRE.source), client.script_load(RELEASE.source)),
-        "minimal": (client.script_load(MINIMAL_ACQUIRE), client.script_load(MINIMAL_RELEASE)),
-    }
+    sem = Semaphore(f"minimal-{uuid.uuid4().hex[:6]}", limit=20, timeout=60)
+    keys = sem.partition()
+    for _ in range(20):  # HOLD_FIRST hold times recorded: the grants are quiet
+        sem.acquire().release()
+    shas = {"ours": client.script_load(ACQUIRE.source), "minimal": client.script_load(MINIMAL_ACQUIRE)}
     meta = '{"host":"bench","pid":1}'
 
     def batch(name):
-        acquire, release = pairs[name]
+        acquire = shas[name]
         ids = [uuid.uuid4().hex for _ in range(cycles)]
         before = _usec(client)
         for identifier in ids:
-            granted = client.evalsha(acquire, len(keys), *keys, 20, 60000, identifier, meta, 0, "")
-            client.evalsha(release, len(keys), *keys, identifier, 20, granted[2])
-        return _delta(_usec(client), before, "evalsha")[0] / cycles
+            granted = client.evalsha(acquire, len(keys.main), *keys.main, 20, 60000, identifier, meta, 0, "")
+            assert granted[6] == 1  # quiet
+            pipe = client.pipeline(transaction=False)
+            pipe.time()
+            pipe.zscore(keys.timeouts, identifier)
+            pipe.zrem(keys.timeouts, identifier)
+            pipe.hdel(keys.holds, identifier)
+            pipe.hget(keys.holds, "w")
+            pipe.execute()
+        after = _usec(client)
+        usec = _delta(after, before, "evalsha")[0] + sum(_delta(after, before, c)[0] for c in _RELEASE_ONLY)
+        time_usec, time_calls = _delta(after, before, "time")
+        usec += time_usec * cycles / time_calls  # the release's TIME: half of them
+        return usec / cycles
 
-    for name in pairs:  # warm-up: the HASH and its watermark exist
+    for name in shas:  # warm-up
         batch(name)
     figures = {"ours": [], "minimal": []}
     for r in range(rounds):

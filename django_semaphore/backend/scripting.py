@@ -159,12 +159,21 @@ class Pipe:
     ``raise_on_error=False``: a command's error is its reply (the others' replies
     are still read), instead of raising once every reply is in.  ``raw``: as
     for :class:`Command` (only without ``transaction``).
+
+    ``unparsed`` (only without ``transaction``): the reader takes the replies
+    as Redis sends them as well as parsed by redis-py (``TIME`` as two
+    strings or as two ints, a score as a string or a float, a missing one as
+    None or False), so that a lane can send the commands on a connection in
+    hand (one write, replies read as they come: no pipeline object), and a
+    cluster client run them as one script on the node of their slot (a
+    command without a key, such as ``TIME``, then runs there too).
     """
 
     commands: tuple[tuple[Any, ...], ...]
     transaction: bool = True
     raise_on_error: bool = True
     raw: bool = False
+    unparsed: bool = False
 
 
 @dataclass(slots=True)
@@ -229,12 +238,14 @@ _MULTI: LuaScript | None = None
 
 
 def _as_script(pipe: Pipe) -> Script:
-    """A MULTI/EXEC pipe as one script call: just as atomic, one slot.
+    """A MULTI/EXEC pipe, or an unparsed one on a cluster, as one script call:
+    just as atomic (or more), one slot.
 
     redis-py's asyncio RedisCluster runs a transactional pipeline's commands
     through ``asyncio.run`` in threads (a new event loop each), which breaks
     on the caller's loop; a script runs the same commands atomically on the
-    node that owns the slot.
+    node that owns the slot.  That node also runs a command without a key
+    (``TIME``), which a cluster pipeline would send to any node.
     """
     global _MULTI
     if _MULTI is None:
@@ -242,7 +253,9 @@ def _as_script(pipe: Pipe) -> Script:
     keys: list[str] = []
     args: list[Any] = []
     for command in pipe.commands:
-        if command[0] == "EVAL":
+        if len(command) == 1:  # no key (TIME): runs on the slot's node with the rest
+            pass
+        elif command[0] == "EVAL":
             # A script cannot send EVAL: multi.lua runs lengthen()'s itself.
             if command[1] != LENGTHEN_SOURCE:
                 raise TypeError("a transaction on the asyncio cluster client can EVAL only lengthen()")
@@ -297,6 +310,12 @@ def execute(client: Client, request: Request) -> Any:
             # After a restart, failover or SCRIPT FLUSH: EVAL also caches it again.
             return client.eval(request.script.source, len(request.keys), *request.keys, *request.args)
     if type(request) is Pipe:
+        if request.unparsed:
+            lane = lanes.lane(client)
+            if lane is not None:
+                return lane.pipeline(request.commands, request.raise_on_error)
+            if is_cluster(client):
+                return execute(client, _as_script(request))
         pipe = client.pipeline(transaction=request.transaction)
         options = _options(request)
         for command in request.commands:
@@ -321,7 +340,11 @@ async def aexecute(client: Client, request: Request) -> Any:
         except NoScriptError:
             return await client.eval(request.script.source, len(request.keys), *request.keys, *request.args)
     if type(request) is Pipe:
-        if request.transaction and is_cluster(client):
+        if request.unparsed:
+            lane = lanes.async_lane(client)
+            if lane is not None:
+                return await lane.pipeline(request.commands, request.raise_on_error)
+        if (request.transaction or request.unparsed) and is_cluster(client):
             return await aexecute(client, _as_script(request))
         pipe = client.pipeline(transaction=request.transaction)
         options = _options(request)

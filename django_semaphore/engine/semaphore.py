@@ -746,7 +746,7 @@ class Lease:
         "_retrying",
         "_pid",
         "_handed_off",
-        "_successors",
+        "_granted",
         "__weakref__",
     )
 
@@ -782,7 +782,7 @@ class Lease:
         #: waited in the queue, else "": with the token, the server's own
         #: record of arrival and grant order.
         self.ticket = granted.ticket
-        self._successors = granted.successors  # the waiters likely served by its release
+        self._granted = granted  # how to release it: see Algorithm.release
         self._started = time.monotonic()  # for the hold time (stats)
         self._done = False
         self._lost = False
@@ -932,10 +932,11 @@ class Lease:
         return self._algorithm.refresh(self.keys, self.config.timeout_ms, self.identifier)
 
     def _release_op(self) -> Operation[bool]:
-        # acquired_ms lets "lua" record the hold time (for Retry-After estimates).
-        # The limit in force (an override) decides how many waiters to wake.
+        # The grant lets "lua" record the hold time (for Retry-After estimates),
+        # push its successor's grant, and give a quiet grant back with plain
+        # commands.  The limit in force (an override) decides how many waiters to wake.
         limit = control.cached(self.config).limit
-        return self._algorithm.release(self.keys, limit, self.identifier, self.acquired_ms, self._successors)
+        return self._algorithm.release(self.keys, limit, self.identifier, self._granted)
 
     def _usable(self) -> bool:
         return not (self._done or self._lost or self._handed_off or self._pid != forks.pid())

@@ -498,6 +498,13 @@ local function wake(now, clock, limit, out, push)
   if free > 0 then grant_first(now, clock, free, out, limit, push) end
 end
 
+-- Permits came free with the waiters flag set (a release): grant them to the
+-- first waiters (wake), and clear the flag once the queue is empty.
+local function serve(now, clock, limit, out, push)
+  wake(now, clock, limit, out, push)
+  if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('HDEL', KEYS[3], 'w') end
+end
+
 -- TOTAL: permits came free (release, abandon): grant them (grant_total).
 local function wake_total(now, clock, limit, total, out)
   if purge_waiters(now) == 0 then return end

@@ -9,7 +9,9 @@
 --       no slot numbers).
 -- KEYS[8] (a waiter: ticket ms > 0): the caller's own wake-up list.
 -- Returns {1, token, acquired_ms, expires_ms, over limit (1: a dry run admitted
--- a caller enforcing would have refused; 0), slots "3,5" ('' without SLOTS)}, or when refused
+-- a caller enforcing would have refused; 0), slots "3,5" ('' without SLOTS),
+-- quiet (1: granted by the common case while nobody waited and no hold time
+-- was wanted, so that its release may be plain commands; absent otherwise)}, or when refused
 -- {0, estimate ms, waiters ahead, recheck ms, ticket number or '', queue full
 -- (1: refused because max waiters wait; 0), [wake TTL ms, id, ...]}:
 -- the estimated wait (for Retry-After); when a waiter should look again at
@@ -27,29 +29,34 @@ local cap = tonumber(ARGV[10] or '')
 local numbered = ARGV[11] == '1'
 local now, clock = server_ms()
 -- One read of the holds HASH: the fair counter (absent: the HASH was just
--- (re)created), the permits held beyond one per holder, the waiters flag and
--- the TTL watermark (see _lib.lua).
-local head = redis.call('HMGET', KEYS[3], '#', '+', 'w', 'e')
+-- (re)created), the permits held beyond one per holder, the waiters flag, the
+-- TTL watermark, and what says whether releases record their hold times (see
+-- _lib.lua).
+local head = redis.call('HMGET', KEYS[3], '#', '+', 'w', 'e', HOLDS_FIELD, REFUSED_FIELD)
 local extra = tonumber(head[2] or '') or 0
 local watermark = tonumber(head[4] or '')
 
 -- Grant the permits to this caller, whose timeouts entry (expiring at
 -- `expires`) is written; `fresh`: the timeouts ZSET was empty before it (so
 -- it was just created, without a TTL).
-local function grant(expires, fresh, over)
+local function grant(expires, fresh, over, quiet)
   local st = {
     counter = head[1], extra = extra, watermark = watermark, fresh = fresh,
     now = now, clock = clock, numbered = numbered,
   }
   local token, taken = hold(st, id, permits, expires, lease, ARGV[4])
-  return {1, token, now, expires, over, taken}
+  return {1, token, now, expires, over, taken, quiet}
 end
 
 -- The common case: the HASH is whole, nobody waits, the permits are free.
 if head[1] and not head[3] then
   local holders = redis.call('ZCARD', KEYS[1])
   if limit - holders - extra >= permits and redis.call('ZADD', KEYS[1], 'NX', now + lease, id) == 1 then
-    return grant(now + lease, holders == 0, 0)
+    -- Quiet: the release will find nothing to do but give the permits back
+    -- unless callers queue or are refused meanwhile (which it checks).
+    local quiet = hold_count(head[5]) >= HOLD_FIRST
+      and not (head[6] and now - tonumber(head[6]) < SAMPLE_MS)
+    return grant(now + lease, holders == 0, 0, quiet and 1 or 0)
   end
 end
 

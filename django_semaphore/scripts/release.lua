@@ -40,6 +40,5 @@ for i = 4, #ARGV do
   push = push or {}
   push[ARGV[i]] = KEYS[i + 4]
 end
-wake(now, clock, tonumber(ARGV[2]), out, push)
-if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('HDEL', KEYS[3], 'w') end
+serve(now, clock, tonumber(ARGV[2]), out, push)
 return out

@@ -297,3 +297,71 @@ async def test_async_semaphore_scripts_run_on_the_lane(settings, server):
     again = await sem.aacquire()
     assert again is not None and await again.arelease()
     connection.reset()
+
+
+# -- pipelines: a quiet release's plain commands, one write, every reply read -------------
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+@pytest.mark.parametrize("decode", [False, True], ids=["bytes", "decoded"])
+def test_a_pipeline_reads_every_reply_even_after_an_error(server, protocol, decode):
+    client = redis.Redis(port=server.port, protocol=protocol, decode_responses=decode)
+    lane = lanes.lane(client)
+    client.set("text", "v")
+    client.zadd("z", {"m": 1.5})
+    commands = (
+        ("ZSCORE", "z", "m"),
+        ("HGET", "text", "f"),
+        ("ZSCORE", "z", "gone"),
+        ("TIME",),
+        ("GET", "text"),
+    )
+    replies = lane.pipeline(commands, raise_on_error=False)
+    assert len(replies) == 5
+    assert float(replies[0]) == 1.5  # b"1.5" (RESP2) or 1.5 (RESP3)
+    assert isinstance(replies[1], redis.ResponseError) and "WRONGTYPE" in str(replies[1])
+    assert replies[2] is None and len(replies[3]) == 2 and int(replies[3][0]) > 0
+    assert replies[4] == ("v" if decode else b"v")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        lane.pipeline(commands)
+    # Every reply was read: the connection answers the next caller with its own.
+    assert lane.pipeline((("GET", "text"), ("ZSCORE", "z", "m"))) == (
+        ["v", 1.5]
+        if decode and protocol == 3
+        else ["v", "1.5"]
+        if decode
+        else [b"v", 1.5 if protocol == 3 else b"1.5"]
+    )
+    assert len(lane._idle) == 1
+    client.close()
+
+
+def test_a_pipeline_whose_replies_arrive_apart_reads_them_all(server):
+    # A reply larger than one socket read (64 KiB) is not whole in the reader
+    # after the first: it and the rest are read from the socket as redis-py
+    # reads one.
+    client = redis.Redis(port=server.port)
+    lane = lanes.lane(client)
+    big = b"x" * 300_000
+    client.set("big", big)
+    replies = lane.pipeline((("PING",), ("GET", "big"), ("PING",), ("STRLEN", "big")))
+    assert replies == [b"PONG", big, b"PONG", 300_000]
+    assert lane.pipeline((("PING",),)) == [b"PONG"]
+    client.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_an_async_pipeline_reads_every_reply_even_after_an_error(server, protocol):
+    client = redis.asyncio.Redis(port=server.port, protocol=protocol)
+    lane = lanes.async_lane(client)
+    big = b"x" * 300_000  # more than one read: the replies after it come from the socket
+    await client.set("text", "v")
+    await client.set("big", big)
+    commands = (("HGET", "text", "f"), ("GET", "text"), ("GET", "big"), ("STRLEN", "big"))
+    replies = await lane.pipeline(commands, raise_on_error=False)
+    assert isinstance(replies[0], redis.ResponseError) and replies[1:] == [b"v", big, 300_000]
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        await lane.pipeline(commands)
+    assert await lane.pipeline((("GET", "text"),)) == [b"v"]
+    await client.aclose()

@@ -581,7 +581,8 @@ def test_no_extra_round_trip_per_acquire(main_thread_commands, capsys):
     main_thread_commands.clear()
     overridden = _commands_per_acquire(sem, main_thread_commands)
     assert plain == overridden == 1.0
-    assert set(main_thread_commands) == {"EVALSHA"}
+    # Scripts, and a quiet release's plain commands: no read of the overrides.
+    assert set(main_thread_commands) <= {"EVALSHA", "PIPELINE"}
     # Refused and dry-run over-limit acquires: one round trip too ("lua").
     holders = [sem.acquire(), sem.acquire()]
     main_thread_commands.clear()

@@ -16,6 +16,7 @@ from django_semaphore.backend import connection
 from django_semaphore.backend.scripting import Command, Pipe, Script, execute
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest
 from django_semaphore.engine.inspection import holders, purge, status
+from tests.support.helpers import wait_until
 
 ALL = list(ALGORITHMS)
 
@@ -93,8 +94,33 @@ def test_a_release_pushes_the_named_waiters_grant_in_the_partitions_slot(backend
         assert asyncio.run(got[0].arelease()) is True
     threads[1].join(5)
     assert got[1] is not None and got[1].token > got[0].token
-    assert got[0]._successors == (got[1].identifier,)  # the list its release pushed to
+    assert got[0]._granted.successors == (got[1].identifier,)  # the list its release pushed to
     assert got[1].release() is True and sem.status(key="k").waiting == 0
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_quiet_release_judges_liveness_on_the_partitions_own_node(backend, backend_redis, twin):
+    # A quiet lease's release is plain commands, TIME among them: on the
+    # cluster they run as one script on the node of the partition's slot (a
+    # cluster pipeline would send TIME, which has no key, to any node).
+    sem = Semaphore("cl-quiet", limit=2, timeout=5)
+    for _ in range(8):  # HOLD_FIRST hold times recorded: the next grant is quiet
+        lease = sem.acquire(key="k")
+        assert lease is not None and lease.release() is True
+    lease = sem.acquire(key="k")
+    assert lease is not None and lease._granted.quiet
+    if twin == "sync":
+        assert lease.release() is True
+    else:
+        assert asyncio.run(lease.arelease()) is True
+    assert sem.holders(key="k") == [] and sem.available(key="k") == 2
+    # Liveness: an expired quiet lease says False, judged by that node's clock.
+    short = Semaphore("cl-quiet", limit=2, timeout=1)
+    expired = short.acquire(key="k")
+    assert expired is not None and expired._granted.quiet
+    # (One machine: the nodes' clocks are this one's.)
+    wait_until(lambda: time.time() * 1000 > expired.expires_ms + 5, 5, message="expired")
+    assert (expired.release() if twin == "sync" else asyncio.run(expired.arelease())) is False
 
 
 @pytest.mark.asyncio

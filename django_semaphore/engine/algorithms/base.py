@@ -43,6 +43,10 @@ class Granted:
     #: release ("lua"): the release names their wake-up lists, so that the
     #: grant of the one it serves is pushed by the release script itself.
     successors: tuple[str, ...] = ()
+    #: "lua": granted at once while nobody waited and no hold time was wanted
+    #: (see :meth:`Lua.release <.lua.Lua.release>`): a release of one permit
+    #: without slot numbers may then be plain commands instead of a script.
+    quiet: bool = False
 
 
 @dataclass(slots=True)
@@ -146,15 +150,16 @@ class Algorithm(Protocol):
         keys: PartitionKeys,
         limit: int,
         identifier: str,
-        acquired_ms: int | None = None,
-        successors: tuple[str, ...] = (),
+        granted: Granted | None = None,
     ) -> Operation[bool]:
         """Give the slot back; True if it was still held.
 
-        ``acquired_ms`` (when the slot was granted) lets an algorithm record
-        the hold time, for Retry-After estimates; ``successors`` (the grant's
-        :attr:`Granted.successors`) lets it push the grant of the one it
-        serves in the same script; the others ignore both.
+        ``granted`` (the holder's own grant: None for an operator's
+        force-release and the recovery of an unanswered acquire) lets an
+        algorithm record the hold time (:attr:`Granted.acquired_ms`), for
+        Retry-After estimates, push the grant of the waiter it serves in the
+        same script (:attr:`Granted.successors`), and give back a
+        :attr:`Granted.quiet` grant with plain commands; the others ignore it.
         """
         ...
 

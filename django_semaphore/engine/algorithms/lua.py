@@ -11,6 +11,12 @@ the one LIMIT places behind it; with LIMIT > 1 the ones next to it too), and
 the holder's release passes their lists, so a release that serves one pushes
 its grant itself.  A waiter's grant is a
 claim lease of half a second, which its first refresh turns into its own.
+
+A release pays for a script only when it has something to decide: a lease
+the common case granted while nobody waited and no hold time was wanted
+(:attr:`~.base.Granted.quiet`), of one permit and no slot numbers, is given
+back with plain commands in one round trip (:func:`quiet_release`), which
+cost Redis a fraction of a script's calls.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...backend.keys import PartitionKeys
-from ...backend.scripting import LuaScript, Operation, Script
+from ...backend.scripting import LuaScript, Operation, Pipe, Script
 from .base import AcquireRequest, Granted, Outcome, Refused, as_int, as_str, parse_slots
 
 ACQUIRE = LuaScript("acquire")
@@ -26,6 +32,7 @@ RELEASE = LuaScript("release")
 REFRESH = LuaScript("refresh")
 ABANDON = LuaScript("abandon")
 WAKE = LuaScript("wake")
+SERVE = LuaScript("serve")
 
 
 class Lua:
@@ -59,7 +66,9 @@ class Lua:
         reply = yield Script(ACQUIRE, script_keys, args)
         if reply[0] == 1:
             numbers = parse_slots(reply[5]) if request.slots else ()
-            return Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, numbers, request.permits)
+            granted = Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, numbers, request.permits)
+            granted.quiet = len(reply) > 6 and reply[6] == 1
+            return granted
         yield from wake(keys, reply, 6)
         return Refused(reply[1], reply[2], reply[3], as_str(reply[4]), reply[5] == 1)
 
@@ -68,16 +77,25 @@ class Lua:
         keys: PartitionKeys,
         limit: int,
         identifier: str,
-        acquired_ms: int | None = None,
-        successors: tuple[str, ...] = (),
+        granted: Granted | None = None,
     ) -> Operation[bool]:
-        """Give the slot back; True if it was still held. ``acquired_ms`` (server
-        time of the grant) records the hold time, for Retry-After estimates.
-        ``successors``: the waiters the grant named as likely next; if this
-        release serves one, its grant is pushed by the release script itself
-        (one round trip, not two)."""
+        """Give the slot back; True if it was still held.  ``granted``: the holder's
+        grant.  Its ``acquired_ms`` (server time) records the hold time, for
+        Retry-After estimates.  Its ``successors``: the waiters it named as likely
+        next; if this release serves one, its grant is pushed by the release
+        script itself (one round trip, not two).  A ``quiet`` grant of one permit
+        without slot numbers is given back with plain commands
+        (:func:`quiet_release`)."""
+        if granted is None:
+            successors: tuple[str, ...] = ()
+            acquired: Any = ""
+        else:
+            if granted.quiet and granted.permits == 1 and not granted.slots and not granted.successors:
+                held: bool = yield from quiet_release(keys, limit, identifier, granted.acquired_ms)
+                return held
+            successors, acquired = granted.successors, granted.acquired_ms
         lists = tuple(map(keys.wake, successors))
-        args = (identifier, limit, "" if acquired_ms is None else acquired_ms, *successors)
+        args = (identifier, limit, acquired, *successors)
         reply = yield Script(RELEASE, keys.main + lists, args)
         yield from wake(keys, reply, 1)
         return bool(reply[0] == 1)
@@ -118,6 +136,53 @@ def acquire_call(
         "1" if request.dry_run else "",
     )
     return script_keys, args
+
+
+def quiet_release(keys: PartitionKeys, limit: int, identifier: str, acquired_ms: int) -> Operation[bool]:
+    """Give back a quiet lease's one permit (no slot numbers, no weight) with
+    plain commands in one round trip: True if it was still live.
+
+    What a release script would decide, this decides from the replies, in an
+    order that keeps the script's guarantees without its atomicity:
+
+    * the server's ``TIME`` and the lease's expiry (``ZSCORE``), read before
+      it is removed, say whether it was still live, on the server's clock;
+    * the entry goes (``ZREM``) before its record (``HDEL``): a counting
+      acquire never sees a permit free that a record still claims, and the
+      admin's holder list (which starts from the entries) never shows a
+      record without its lease;
+    * the waiters flag is read after the entry went: a waiter that queued
+      before that had set it, so a release that finds it unset leaves nobody
+      waiting for this permit (a later caller finds the permit free), and
+      one that finds it set serves the queue with :data:`SERVE` (the
+      release script's second half), which also records this hold time.
+
+    Every command only reads or deletes, so none creates a key without a TTL.
+    A process that dies between the two round trips leaves the permit free
+    with waiters queued: they take it when they look again, at the latest
+    when this lease would have expired (as if it had died holding it).
+    """
+    timeouts, holds = keys.timeouts, keys.holds
+    reply = yield Pipe(
+        (
+            ("TIME",),
+            ("ZSCORE", timeouts, identifier),
+            ("ZREM", timeouts, identifier),
+            ("HDEL", holds, identifier),
+            ("HGET", holds, "w"),
+        ),
+        transaction=False,
+        unparsed=True,
+    )
+    # int() and float() take the replies as bytes, str or numbers alike; a
+    # missing score is None (or False, from a cluster's script).
+    clock, expiry = reply[0], reply[1]
+    now = int(clock[0]) * 1000 + int(clock[1]) // 1000
+    live = bool(reply[2] and expiry and float(expiry) > now)
+    if reply[4]:  # callers queued while it was held
+        served = yield Script(SERVE, keys.main, (limit, now - acquired_ms if live else ""))
+        yield from wake(keys, served, 1)
+    return live
 
 
 def wake(keys: PartitionKeys, reply: Any, start: int) -> Operation[None]:

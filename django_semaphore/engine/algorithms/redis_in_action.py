@@ -151,10 +151,9 @@ class Basic:
         keys: PartitionKeys,
         limit: int,
         identifier: str,
-        acquired_ms: int | None = None,
-        successors: tuple[str, ...] = (),
+        granted: Granted | None = None,
     ) -> Operation[bool]:
-        """Give the slot back; True if it was still live (``acquired_ms`` is ignored)."""
+        """Give the slot back; True if it was still live (``granted`` is ignored)."""
         now = client_ms()
         reply = yield Pipe(
             (

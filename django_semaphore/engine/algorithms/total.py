@@ -83,12 +83,11 @@ class TotalLua(Lua):
         keys: PartitionKeys,
         limit: int,
         identifier: str,
-        acquired_ms: int | None = None,
-        successors: tuple[str, ...] = (),
+        granted: Granted | None = None,
     ) -> Operation[bool]:
         """As :meth:`Lua.release <.lua.Lua.release>`: the freed permits go to the
         waiters of every partition, by the fair-share policy."""
-        args = (identifier, limit, "" if acquired_ms is None else acquired_ms, self.total_of())
+        args = (identifier, limit, "" if granted is None else granted.acquired_ms, self.total_of())
         reply = yield Script(RELEASE, keys.main, args)
         yield from wake(keys, reply, 1)
         return bool(reply[0] == 1)

@@ -11,6 +11,7 @@
 """
 
 import asyncio
+import dataclasses
 import datetime
 import json
 import math
@@ -211,7 +212,7 @@ def test_every_key_a_script_touches_is_declared(declared, raw_redis):
     assert isinstance(
         check(LUA.acquire(keys, 2, AcquireRequest("w1", "{}", 30000, ticket_ms=TICKET_MS))), Granted
     )  # already its
-    assert check(LUA.release(keys, 2, "h1", h1.acquired_ms)) is True  # grants w2
+    assert check(LUA.release(keys, 2, "h1", h1)) is True  # grants w2
     (grant,) = raw_redis.lrange(keys.wake("w2"), 0, -1)
     assert LUA.grant_from(grant, 1, False) is not None
     assert check(LUA.refresh(keys, 30000, "w1"))
@@ -432,8 +433,8 @@ def test_a_release_grants_the_head_waiters_in_queue_order_inside_the_script(raw_
             ),
             Refused,
         )
-    assert check(LUA.release(keys, 2, "h1", first.acquired_ms)) is True
-    assert check(LUA.release(keys, 2, "h2", second.acquired_ms)) is True
+    assert check(LUA.release(keys, 2, "h1", first)) is True
+    assert check(LUA.release(keys, 2, "h2", second)) is True
     # Before either waiter runs again, both are holders, with tokens in queue order, and
     # their grants wait in their wake-up lists; w3 still queues.
     held = check(holders(keys, LUA))
@@ -477,7 +478,7 @@ def test_a_grant_names_the_waiters_its_release_is_likely_to_serve(declared, raw_
     waiters = [f"w{i}" for i in range(2 * limit)]
     _queue(check, keys, limit, *waiters)
     for i, holder in enumerate(held):
-        assert check(LUA.release(keys, limit, f"h{i}", holder.acquired_ms)) is True
+        assert check(LUA.release(keys, limit, f"h{i}", holder)) is True
     for i in range(limit):
         assert _grant_in(raw_redis, keys, waiters[i]).successors == named(waiters[i:])
     assert named(waiters)[spread] == waiters[limit]  # the one LIMIT places behind
@@ -494,12 +495,12 @@ def test_a_release_pushes_the_grant_of_the_waiter_it_names_itself(declared, raw_
     check = declared.run
     holder = check(LUA.acquire(keys, 1, AcquireRequest("h", "{}", 30000)))
     _queue(check, keys, 1, "w1", "w2", "w3")
-    assert check(LUA.release(keys, 1, "h", holder.acquired_ms)) is True
+    assert check(LUA.release(keys, 1, "h", holder)) is True
     assert declared.scripts[-2:] == ["release", "wake"]  # h was granted at once: it names nobody
     w1 = _grant_in(raw_redis, keys, "w1")
     assert w1.successors == ("w2",) and check(LUA.refresh(keys, 30000, "w1"))
     # w1's release names w2 and serves it: one script, which pushed w2's grant.
-    assert check(LUA.release(keys, 1, "w1", w1.acquired_ms, w1.successors)) is True
+    assert check(LUA.release(keys, 1, "w1", w1)) is True
     assert declared.scripts[-1] == "release"
     w2 = _grant_in(raw_redis, keys, "w2")
     assert w2.token > w1.token and w2.successors == ("w3",)
@@ -508,14 +509,15 @@ def test_a_release_pushes_the_grant_of_the_waiter_it_names_itself(declared, raw_
     # A waiter of a higher priority arrived meanwhile: the release serves it, not
     # the waiter it named, and pushes its grant with the second script as before.
     _queue(check, keys, 1, "urgent", priority=5)
-    assert check(LUA.release(keys, 1, "w2", w2.acquired_ms, w2.successors)) is True
+    assert check(LUA.release(keys, 1, "w2", w2)) is True
     assert declared.scripts[-2:] == ["release", "wake"]
     assert _grant_in(raw_redis, keys, "urgent").token > w2.token
     assert raw_redis.exists(keys.wake("w3")) == 0
     assert [h.identifier for h in check(holders(keys, LUA))] == ["urgent"]
     # The named waiter gave up before the release: nothing is pushed to its list.
     check(LUA.abandon(keys, 1, "w3"))
-    assert check(LUA.release(keys, 1, "urgent", None, ("w3",))) is True
+    urgent = dataclasses.replace(_grant_in(raw_redis, keys, "urgent"), successors=("w3",))
+    assert check(LUA.release(keys, 1, "urgent", urgent)) is True
     assert raw_redis.exists(keys.wake("w3")) == 0 and check(holders(keys, LUA)) == []
 
 
@@ -606,7 +608,9 @@ def test_hold_times_are_recorded_only_while_an_estimate_is_needed(raw_redis):
     # An uncontended release records its hold time only until 8 are recorded
     # (HOLD_FIRST): after that, nobody is told a Retry-After, and the release
     # spends no call on it. A refusal makes the releases record again, so the
-    # refused callers' successors get an estimate from recent holds.
+    # refused callers' successors get an estimate from recent holds: those of
+    # the leases granted after it (one granted before it was quiet, and gives
+    # its permit back with plain commands, which record nothing).
     sem = Semaphore("sampled", limit=1, timeout=30)
     keys = sem.partition()
     for _ in range(20):
@@ -617,7 +621,8 @@ def test_hold_times_are_recorded_only_while_an_estimate_is_needed(raw_redis):
     assert held is not None
     assert sem.acquire() is None  # refused: the releases sample again
     assert held.release() is True
+    assert _holds_recorded(raw_redis, keys) == 8
     for _ in range(3):
         lease = sem.acquire()
         assert lease is not None and lease.release() is True
-    assert _holds_recorded(raw_redis, keys) == 12
+    assert _holds_recorded(raw_redis, keys) == 11
