@@ -176,3 +176,16 @@ def count_round_trips(monkeypatch):
 
     monkeypatch.setattr(scripting, "execute", counting)
     return sent
+
+
+def queue_waiters(sem, count, wait=10):
+    """``count`` threads that each ``sem.acquire(wait=wait)``, queued in order (each
+    is waiting before the next starts): (the threads, {n: the lease it got})."""
+    got = {}
+    threads = []
+    for n in range(count):
+        thread = threading.Thread(target=lambda n=n: got.__setitem__(n, sem.acquire(wait=wait)))
+        thread.start()
+        threads.append(thread)
+        wait_until(lambda n=n: sem.status().waiting == n + 1, 5, message="queued")
+    return threads, got

@@ -29,7 +29,7 @@ from django_semaphore.backend.scripting import Script, execute, run
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest, Granted, Refused
 from django_semaphore.engine.inspection import holders, purge, status
 from django_semaphore.engine.waiting import TICKET_MS
-from tests.support.helpers import count_round_trips, wait_until
+from tests.support.helpers import count_round_trips, queue_waiters, wait_until
 from tests.support.settings_web import WEB_SEMAPHORES
 
 LUA = ALGORITHMS["lua"]
@@ -526,13 +526,7 @@ def test_a_chain_of_waiters_hands_over_with_one_round_trip_per_release(monkeypat
     # hand-over (from a holder granted at once) no release needs wake.lua.
     sem = Semaphore("named-chain", limit=1, timeout=30)
     first = sem.acquire()
-    got = {}
-    threads = []
-    for n in range(4):
-        thread = threading.Thread(target=lambda n=n: got.__setitem__(n, sem.acquire(wait=10)))
-        thread.start()
-        threads.append(thread)
-        wait_until(lambda n=n: sem.status().waiting == n + 1, 5, message="queued")
+    threads, got = queue_waiters(sem, 4)
     assert first.release() is True
     for n in range(4):
         threads[n].join(10)

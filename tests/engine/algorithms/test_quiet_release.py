@@ -26,7 +26,7 @@ from django_semaphore.backend.keys import glob_escape
 from django_semaphore.backend.scripting import Pipe, execute
 from django_semaphore.engine.algorithms import ALGORITHMS
 from django_semaphore.engine.algorithms.lua import quiet_release
-from tests.support.helpers import count_round_trips, wait_until
+from tests.support.helpers import count_round_trips, queue_waiters, wait_until
 
 LUA = ALGORITHMS["lua"]
 HOLD_FIRST = 8  # _lib.lua: releases record their hold times until this many are recorded
@@ -108,13 +108,7 @@ def test_a_quiet_release_serves_the_waiters_that_queued_meanwhile(monkeypatch, r
     _warm(sem)
     holder = sem.acquire()
     assert holder is not None and holder._granted.quiet
-    got = {}
-    threads = []
-    for n in range(2):
-        thread = threading.Thread(target=lambda n=n: got.__setitem__(n, sem.acquire(wait=10)))
-        thread.start()
-        threads.append(thread)
-        wait_until(lambda n=n: sem.status().waiting == n + 1, 5, message="queued")
+    threads, got = queue_waiters(sem, 2)
     sent = count_round_trips(monkeypatch)
     original = scripting.aexecute
 
