@@ -86,14 +86,11 @@ class Lua:
         script itself (one round trip, not two).  A ``quiet`` grant of one permit
         without slot numbers is given back with plain commands
         (:func:`quiet_release`)."""
-        if granted is None:
-            successors: tuple[str, ...] = ()
-            acquired: Any = ""
-        else:
-            if granted.quiet and granted.permits == 1 and not granted.slots and not granted.successors:
-                held: bool = yield from quiet_release(keys, limit, identifier, granted.acquired_ms)
-                return held
-            successors, acquired = granted.successors, granted.acquired_ms
+        if granted is not None and granted.quiet and granted.permits == 1 and not granted.slots:
+            held: bool = yield from quiet_release(keys, limit, identifier, granted.acquired_ms)
+            return held
+        successors = granted.successors if granted is not None else ()
+        acquired: Any = granted.acquired_ms if granted is not None else ""
         lists = tuple(map(keys.wake, successors))
         args = (identifier, limit, acquired, *successors)
         reply = yield Script(RELEASE, keys.main + lists, args)
@@ -147,10 +144,10 @@ def quiet_release(keys: PartitionKeys, limit: int, identifier: str, acquired_ms:
 
     * the server's ``TIME`` and the lease's expiry (``ZSCORE``), read before
       it is removed, say whether it was still live, on the server's clock;
-    * the entry goes (``ZREM``) before its record (``HDEL``): a counting
-      acquire never sees a permit free that a record still claims, and the
-      admin's holder list (which starts from the entries) never shows a
-      record without its lease;
+    * the entry goes (``ZREM``) before its record (``HDEL``): the permit is
+      free from the ``ZREM`` on (acquires count the entries), and a record
+      left a moment without its entry is neither counted nor listed (the
+      admin's holder list starts from the entries);
     * the waiters flag is read after the entry went: a waiter that queued
       before that had set it, so a release that finds it unset leaves nobody
       waiting for this permit (a later caller finds the permit free), and
