@@ -8,7 +8,8 @@
 local now
 if ARGV[1] and ARGV[1] ~= '' then now = tonumber(ARGV[1]) else now = server_ms() end
 local out = {now}
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+-- (Below +inf: the members of score +inf stand for weighted holders' other permits.)
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '(+inf', 'WITHSCORES')
 for i = 1, #live, 2 do
   local id = live[i]
   local rec = redis.call('HMGET', KEYS[3], id, '@' .. id, '*' .. id)

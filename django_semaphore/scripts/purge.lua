@@ -51,5 +51,17 @@ if #orphans > 0 and not dry then
     drop_records(chunk)
   end
 end
-if not dry then purge_waiters(server) end
+-- Members standing for a weighted holder's other permits whose holder's
+-- entry is gone (an interrupted operation): they go too, uncounted.
+if not dry then
+  local stray = {}
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '+inf', '+inf')) do
+    local id = string.match(m, '^(.*)#%d+$')
+    if id and not redis.call('ZSCORE', KEYS[1], id) then stray[#stray + 1] = m end
+  end
+  for i = 1, #stray, 1000 do
+    redis.call('ZREM', KEYS[1], unpack(stray, i, math.min(i + 999, #stray)))
+  end
+  purge_waiters(server)
+end
 return removed + #orphans

@@ -8,7 +8,9 @@
 -- The common case (one permit, no slot numbers, nobody waiting) is five
 -- calls: TIME, ZSCORE, one HMGET (the holder's permits and slots, the waiters
 -- flag, the hold count), ZREM, HDEL (the token lives in the record: there is
--- no owners entry to remove).
+-- no owners entry to remove); a weighted holder's other permits are one ZREM
+-- more, or a HINCRBY of the "+" count (more than MEMBERS_MAX). (A quiet lease
+-- is given back without this script: see Lua.release.)
 local id = ARGV[1]
 local acquired = tonumber(ARGV[3] or '')
 local now, clock = server_ms()
@@ -17,7 +19,10 @@ local live = expiry and tonumber(expiry) > now
 local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD, REFUSED_FIELD)
 redis.call('ZREM', KEYS[1], id)
 local had = redis.call('HDEL', KEYS[3], id, '*' .. id, '@' .. id)
-if found[1] then redis.call('HINCRBY', KEYS[3], '+', 1 - permits_of(found[1])) end
+if found[1] then
+  local extra = give_back(id, found[1])
+  if extra > 0 then redis.call('HINCRBY', KEYS[3], '+', -extra) end
+end
 if found[2] and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(found[2]) end
 -- Only a hold that ended with a release says how long the work takes (not a
 -- lease that expired, nor a force-release). Recorded while its figure is

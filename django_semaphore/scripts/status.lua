@@ -5,25 +5,24 @@
 -- ARGV[1]: the client's now in ms for the variants that write expiries on the
 -- client's clock ('' : the server's TIME). Each entry is judged by the clock
 -- that wrote it: holders by that one, waiter tickets (server time) by TIME.
--- "lua" holders hold their permits (one each, plus the "+" count of weighted
--- permits beyond the first; expired ones not purged yet are subtracted); the
--- variants' holders one permit each.
+-- "lua" holders hold their permits (one each, plus their permits beyond the
+-- first: the members of score +inf and the "+" count; those of expired
+-- holders not purged yet are subtracted); the variants' holders one permit each.
 local server = server_ms()
 local now = server
 if ARGV[1] and ARGV[1] ~= '' then now = tonumber(ARGV[1]) end
-local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+local live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '(+inf')
 local used = live
-if ARGV[1] == '' then
-  local extra = tonumber(redis.call('HGET', KEYS[3], '+') or '') or 0
-  if extra > 0 then
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
-      extra = extra - (permits_of(redis.call('HGET', KEYS[3], '*' .. id)) - 1)
-    end
-    used = live + math.max(0, extra)
+local extra = redis.call('ZCOUNT', KEYS[1], '+inf', '+inf')
+  + (tonumber(redis.call('HGET', KEYS[3], '+') or '') or 0)
+if extra > 0 then
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
+    extra = extra - (permits_of(redis.call('HGET', KEYS[3], '*' .. id)) - 1)
   end
+  used = live + math.max(0, extra)
 end
 local waiting = redis.call('ZCOUNT', KEYS[5], '(' .. server, '+inf')
-local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '(+inf', 'WITHSCORES', 'LIMIT', 0, 1)
 local earliest = -1
 if first[2] then earliest = tonumber(first[2]) end
 local out = {now, used, waiting, earliest, live}

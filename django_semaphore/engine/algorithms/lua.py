@@ -14,9 +14,13 @@ claim lease of half a second, which its first refresh turns into its own.
 
 A release pays for a script only when it has something to decide: a lease
 the common case granted while nobody waited and no hold time was wanted
-(:attr:`~.base.Granted.quiet`), of one permit and no slot numbers, is given
-back with plain commands in one round trip (:func:`quiet_release`), which
-cost Redis a fraction of a script's calls.
+(:attr:`~.base.Granted.quiet`), without slot numbers, is given back with plain
+commands in one round trip (:func:`quiet_release`), which cost Redis a
+fraction of a script's calls.  (A holder of n permits, n up to 8, is n
+members of the timeouts ZSET: its entry, and ``id#2`` ... ``id#n`` of score
++inf that leave with it, so its release is plain commands too; a larger
+weight is counted in the holds HASH, whose count only a script may lower,
+and the acquire never calls its grant quiet.)
 """
 
 from __future__ import annotations
@@ -83,11 +87,10 @@ class Lua:
         grant.  Its ``acquired_ms`` (server time) records the hold time, for
         Retry-After estimates.  Its ``successors``: the waiters it named as likely
         next; if this release serves one, its grant is pushed by the release
-        script itself (one round trip, not two).  A ``quiet`` grant of one permit
-        without slot numbers is given back with plain commands
-        (:func:`quiet_release`)."""
-        if granted is not None and granted.quiet and granted.permits == 1 and not granted.slots:
-            held: bool = yield from quiet_release(keys, limit, identifier, granted.acquired_ms)
+        script itself (one round trip, not two).  A ``quiet`` grant without slot
+        numbers is given back with plain commands (:func:`quiet_release`)."""
+        if granted is not None and granted.quiet and not granted.slots:
+            held: bool = yield from quiet_release(keys, limit, identifier, granted)
             return held
         successors = granted.successors if granted is not None else ()
         acquired: Any = granted.acquired_ms if granted is not None else ""
@@ -135,17 +138,18 @@ def acquire_call(
     return script_keys, args
 
 
-def quiet_release(keys: PartitionKeys, limit: int, identifier: str, acquired_ms: int) -> Operation[bool]:
-    """Give back a quiet lease's one permit (no slot numbers, no weight) with
-    plain commands in one round trip: True if it was still live.
+def quiet_release(keys: PartitionKeys, limit: int, identifier: str, granted: Granted) -> Operation[bool]:
+    """Give back a quiet lease's permits (no slot numbers) with plain commands
+    in one round trip: True if it was still live.  ``granted``: its grant.
 
     What a release script would decide, this decides from the replies, in an
     order that keeps the script's guarantees without its atomicity:
 
     * the server's ``TIME`` and the lease's expiry (``ZSCORE``), read before
       it is removed, say whether it was still live, on the server's clock;
-    * the entry goes (``ZREM``) before its record (``HDEL``): the permit is
-      free from the ``ZREM`` on (acquires count the entries), and a record
+    * the entry goes (``ZREM``, with the members of a weighted holder's other
+      permits) before its record (``HDEL``): the permits are free from the
+      ``ZREM`` on (acquires count the members), and a record
       left a moment without its entry is neither counted nor listed (the
       admin's holder list starts from the entries);
     * the waiters flag is read after the entry went: a waiter that queued
@@ -160,12 +164,18 @@ def quiet_release(keys: PartitionKeys, limit: int, identifier: str, acquired_ms:
     when this lease would have expired (as if it had died holding it).
     """
     timeouts, holds = keys.timeouts, keys.holds
+    permits = granted.permits
+    members = [identifier]
+    fields = [identifier]
+    if permits > 1:
+        members += [f"{identifier}#{k}" for k in range(2, permits + 1)]
+        fields.append("*" + identifier)
     reply = yield Pipe(
         (
             ("TIME",),
             ("ZSCORE", timeouts, identifier),
-            ("ZREM", timeouts, identifier),
-            ("HDEL", holds, identifier),
+            ("ZREM", timeouts, *members),
+            ("HDEL", holds, *fields),
             ("HGET", holds, "w"),
         ),
         transaction=False,
@@ -177,7 +187,7 @@ def quiet_release(keys: PartitionKeys, limit: int, identifier: str, acquired_ms:
     now = int(clock[0]) * 1000 + int(clock[1]) // 1000
     live = bool(reply[2] and expiry and float(expiry) > now)
     if reply[4]:  # callers queued while it was held
-        served = yield Script(SERVE, keys.main, (limit, now - acquired_ms if live else ""))
+        served = yield Script(SERVE, keys.main, (limit, now - granted.acquired_ms if live else ""))
         yield from wake(keys, served, 1)
     return live
 

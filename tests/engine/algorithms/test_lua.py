@@ -366,8 +366,9 @@ def test_without_slots_permits_are_counted_and_no_bitmap_is_written(raw_redis):
     assert one is not None and sem.acquire() is None
     assert one.release() is True and two.release() is True
     assert sem.available() == 5
-    # The permits beyond one per holder are back to 0: nothing leaks into the count.
-    assert int(raw_redis.hget(keys.holds, "+") or 0) == 0
+    # The members standing for permits beyond one per holder left with their
+    # holders: nothing leaks into the count.
+    assert raw_redis.zcard(keys.timeouts) == 0
 
 
 def test_the_permits_of_an_expired_weighted_holder_come_back_without_a_purge():
@@ -565,21 +566,52 @@ def test_a_holder_record_no_lease_backs_is_purged_with_its_weighted_permits(raw_
     # The "lua" engine keeps each holder's token in its record (no owners
     # ZSET). A record that no timeouts entry backs (a script stopped by an
     # error between its writes) is found by the purge from the records
-    # themselves, and its extra permits leave the weighted count.
-    sem = Semaphore("orphan-record", limit=5, timeout=30)
+    # themselves, and the members of its permits beyond the first leave the
+    # timeouts ZSET with it. A member of that kind left without its holder's
+    # entry goes too (uncounted: it was no holder).
+    sem = Semaphore("orphan-record", limit=6, timeout=30)
     live = sem.acquire(permits=2)
     assert live is not None
     keys = sem.partition()
-    raw_redis.hset(keys.holds, mapping={"ghost": "1:1:{}", "*ghost": 2})
-    raw_redis.hincrby(keys.holds, "+", 1)
-    assert sem.available() == 2  # the ghost's permit beyond its first counts until purged
+    raw_redis.hset(keys.holds, mapping={"ghost": "1:1:{}", "*ghost": "m2"})
+    raw_redis.zadd(keys.timeouts, {"ghost#2": float("inf"), "stray#2": float("inf")})
+    assert sem.available() == 2  # the ghost's permit beyond its first and the stray count until purged
     assert sem.purge_expired(dry_run=True) == 1
     assert raw_redis.hexists(keys.holds, "ghost")
     assert sem.purge_expired() == 1
     assert not raw_redis.hexists(keys.holds, "ghost") and not raw_redis.hexists(keys.holds, "*ghost")
-    assert sem.available() == 3
+    assert raw_redis.zrange(keys.timeouts, 0, -1) == [
+        live.identifier.encode(),
+        f"{live.identifier}#2".encode(),
+    ]
+    assert sem.available() == 4
     assert [h.identifier for h in sem.holders()] == [live.identifier]
     assert sem.purge_expired() == 0 and live.release() is True
+
+
+def test_a_weighted_holder_granted_by_the_earlier_version_gives_its_permits_back(raw_redis):
+    # Version 0.2 counted every weighted holder's permits beyond the first in
+    # the "+" field (its "*" field a bare number). Holders of 2 to 8 permits
+    # are members now ("*" = "m3"); one granted before the upgrade still
+    # lowers the count when it is released, purged or found lost.
+    sem = Semaphore("weighted-upgrade", limit=5, timeout=30)
+    keys = sem.partition()
+    sem.acquire().release()  # the HASH exists, with its counter and TTL
+    seconds, micros = raw_redis.time()
+    now = seconds * 1000 + micros // 1000
+    for ident in ("old-a", "old-b"):
+        raw_redis.zadd(keys.timeouts, {ident: now + 30_000})
+        raw_redis.hset(keys.holds, mapping={ident: f"{now * 1000}:{now}:{{}}", "*" + ident: 2})
+    raw_redis.hset(keys.holds, "+", 2)
+    assert sem.available() == 1
+    new = sem.acquire(permits=1)
+    assert new is not None and sem.acquire() is None
+    assert sem.force_release("old-a") is True
+    assert int(raw_redis.hget(keys.holds, "+")) == 1 and sem.available() == 2
+    raw_redis.zadd(keys.timeouts, {"old-b": now - 1}, xx=True)  # expired
+    assert sem.purge_expired() == 1
+    assert int(raw_redis.hget(keys.holds, "+")) == 0 and sem.available() == 4
+    assert new.release() is True and sem.available() == 5
 
 
 def test_holders_are_listed_in_grant_order_whatever_their_expiry(raw_redis):

@@ -2,8 +2,10 @@
 with plain commands (one round trip, no script), and still keeps every promise.
 
 * Only a lease the common case granted with nobody waiting and no hold time
-  wanted (the first HOLD_FIRST releases of a partition record theirs), of one
-  permit and no slot numbers, is released so; the others run the script.
+  wanted (the first HOLD_FIRST releases of a partition record theirs), without
+  slot numbers and of at most 8 permits, is released so (a weighted one too:
+  its other permits are members of the timeouts ZSET, removed by the same
+  ZREM); the others run the script.
 * Liveness is judged on the server's clock, as the script does: an expired
   lease's release says False.
 * Waiters that queued while it was held are served at once (serve.lua, which
@@ -43,6 +45,19 @@ def _recorded(raw_redis, keys):
     return int(raw_redis.hget(keys.holds, "%") or 0) % 1024  # the packed count (HOLD_SCALE)
 
 
+def _count_both_drivers(monkeypatch):
+    """count_round_trips, with the asyncio driver's requests too."""
+    sent = count_round_trips(monkeypatch)
+    original = scripting.aexecute
+
+    async def counting(client, request):
+        sent.append("PIPELINE" if type(request) is Pipe else "EVALSHA")
+        return await original(client, request)
+
+    monkeypatch.setattr(scripting, "aexecute", counting)
+    return sent
+
+
 def test_a_quiet_lease_is_given_back_with_plain_commands_in_one_round_trip(monkeypatch, raw_redis):
     sem = Semaphore("quiet-plain", limit=2, timeout=30)
     keys = sem.partition()
@@ -69,19 +84,74 @@ def test_a_quiet_lease_is_given_back_with_plain_commands_in_one_round_trip(monke
     assert _recorded(raw_redis, keys) == HOLD_FIRST  # a quiet release records no hold time
 
 
-@pytest.mark.parametrize("permits,slots", [(2, False), (1, True)], ids=["weighted", "SLOTS"])
-def test_a_weighted_or_numbered_lease_is_released_by_the_script(monkeypatch, permits, slots):
-    # The weighted count and the slot bitmap are written with conditions (a key
-    # never created without its TTL): a script's job.
-    sem = Semaphore(f"quiet-not-{permits}-{slots}", limit=4, timeout=30, slots=slots)
-    _warm(sem, permits=permits)
-    lease = sem.acquire(permits=permits)
+def test_a_numbered_lease_is_released_by_the_script(monkeypatch):
+    # The slot bitmap is written with a condition (SETBIT must not create the
+    # bitmap without its TTL): a script's job.
+    sem = Semaphore("quiet-not-slots", limit=4, timeout=30, slots=True)
+    _warm(sem)
+    lease = sem.acquire()
     assert lease is not None and lease._granted.quiet
     sent = count_round_trips(monkeypatch)
     assert lease.release() is True
     assert sent == ["EVALSHA"]
     monkeypatch.undo()
     assert sem.available() == 4
+
+
+def test_a_holder_of_more_than_8_permits_is_counted_in_the_hash_and_released_by_the_script(
+    monkeypatch, raw_redis
+):
+    # Nine members would cost more than the script: a large weight is one
+    # entry and the "+" count (the same cost for any weight), which only a
+    # script lowers (a HINCRBY could create an expired HASH without a TTL).
+    sem = Semaphore("quiet-not-heavy", limit=20, timeout=30)
+    keys = sem.partition()
+    _warm(sem)
+    heavy = sem.acquire(permits=9)
+    light = sem.acquire(permits=8)
+    assert heavy is not None and light is not None
+    assert not heavy._granted.quiet and light._granted.quiet
+    assert raw_redis.zcard(keys.timeouts) == 1 + 8  # heavy's entry, light's 8 members
+    assert int(raw_redis.hget(keys.holds, "+")) == 8  # heavy's permits beyond its first
+    assert sem.available() == 3 and sem.acquire(permits=4) is None
+    assert [h.permits for h in sem.holders()] == [9, 8]
+    sent = count_round_trips(monkeypatch)
+    assert heavy.release() is True
+    assert light.release() is True
+    assert sent == ["EVALSHA", "PIPELINE"]
+    monkeypatch.undo()
+    assert int(raw_redis.hget(keys.holds, "+")) == 0 and raw_redis.zcard(keys.timeouts) == 0
+    assert sem.available() == 20
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_weighted_quiet_lease_gives_every_permit_back_in_one_round_trip(monkeypatch, raw_redis, twin):
+    # A holder of n permits is its entry and n - 1 members of score +inf in the
+    # timeouts ZSET (ZCARD: the permits held): one ZREM takes them all, and no
+    # command can create a key without its TTL.
+    sem = Semaphore(f"quiet-weighted-{twin}", limit=5, timeout=30)
+    keys = sem.partition()
+    _warm(sem, permits=3)
+    lease = sem.acquire(permits=3)
+    other = sem.acquire(permits=2)
+    assert lease is not None and other is not None and lease._granted.quiet
+    assert sem.acquire() is None  # 3 + 2 = 5: full
+    assert raw_redis.zcard(keys.timeouts) == 5
+    sent = _count_both_drivers(monkeypatch)
+    if twin == "sync":
+        assert lease.release() is True
+    else:
+        assert asyncio.run(lease.arelease()) is True
+    assert sent == ["PIPELINE"]
+    monkeypatch.undo()
+    assert sem.available() == 3
+    assert raw_redis.zcard(keys.timeouts) == 2
+    assert not raw_redis.hexists(keys.holds, lease.identifier)
+    assert not raw_redis.hexists(keys.holds, "*" + lease.identifier)
+    assert [(h.identifier, h.permits) for h in sem.holders()] == [(other.identifier, 2)]
+    assert lease.release() is False  # once only
+    assert other.release() is True
+    assert raw_redis.zcard(keys.timeouts) == 0 and sem.available() == 5
 
 
 def test_a_quiet_release_of_an_expired_lease_says_false(raw_redis):
@@ -109,14 +179,7 @@ def test_a_quiet_release_serves_the_waiters_that_queued_meanwhile(monkeypatch, r
     holder = sem.acquire()
     assert holder is not None and holder._granted.quiet
     threads, got = queue_waiters(sem, 2)
-    sent = count_round_trips(monkeypatch)
-    original = scripting.aexecute
-
-    async def counting(client, request):  # the asyncio driver's requests too
-        sent.append("PIPELINE" if type(request) is Pipe else "EVALSHA")
-        return await original(client, request)
-
-    monkeypatch.setattr(scripting, "aexecute", counting)
+    sent = _count_both_drivers(monkeypatch)
     started = time.monotonic()
     if twin == "sync":
         assert holder.release() is True
@@ -150,7 +213,7 @@ def test_a_release_cut_off_before_serving_leaves_the_permit_to_the_waiter(raw_re
     waiter = threading.Thread(target=lambda: got.append(sem.acquire(wait=10)))
     waiter.start()
     wait_until(lambda: sem.status().waiting == 1, 5, message="queued")
-    operation = quiet_release(keys, 1, holder.identifier, holder.acquired_ms)
+    operation = quiet_release(keys, 1, holder.identifier, holder._granted)
     pipe = next(operation)
     assert type(pipe) is Pipe
     reply = execute(connection.get_client(), pipe)
@@ -175,7 +238,7 @@ def test_the_plain_commands_touch_only_the_partitions_lease_keys(raw_redis, redi
     raw_redis.execute_command("ACL", "SETUSER", user, "on", "nopass", "+@all", "resetkeys", *patterns)
     client = redis.Redis.from_url(redis_url, username=user, password="any")
     try:
-        operation = quiet_release(keys, 2, lease.identifier, lease.acquired_ms)
+        operation = quiet_release(keys, 2, lease.identifier, lease._granted)
         request = next(operation)
         with pytest.raises(StopIteration) as done:
             operation.send(execute(client, request))
