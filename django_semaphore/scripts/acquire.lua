@@ -53,8 +53,10 @@ if head[1] and not head[3] then
   local holders = redis.call('ZCARD', KEYS[1])
   if limit - holders - extra >= permits and redis.call('ZADD', KEYS[1], 'NX', now + lease, id) == 1 then
     -- Quiet: the release will find nothing to do but give the permits back
-    -- unless callers queue or are refused meanwhile (which it checks).
-    local quiet = hold_count(head[5]) >= HOLD_FIRST and permits <= MEMBERS_MAX
+    -- unless callers queue or are refused meanwhile (which it checks), so it
+    -- is plain commands (Lua.release). Not with slot numbers (the bitmap is
+    -- written only while it exists) nor the "+" count (only a script lowers it).
+    local quiet = hold_count(head[5]) >= HOLD_FIRST and permits <= MEMBERS_MAX and not numbered
       and not (head[6] and now - tonumber(head[6]) < SAMPLE_MS)
     return grant(now + lease, holders == 0, 0, quiet and 1 or 0)
   end

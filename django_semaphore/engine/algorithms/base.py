@@ -44,8 +44,8 @@ class Granted:
     #: grant of the one it serves is pushed by the release script itself.
     successors: tuple[str, ...] = ()
     #: "lua": granted at once while nobody waited and no hold time was wanted
-    #: (see :meth:`Lua.release <.lua.Lua.release>`), of at most 8 permits: a
-    #: release without slot numbers may then be plain commands, not a script.
+    #: (see :meth:`Lua.release <.lua.Lua.release>`), of at most 8 permits and
+    #: no slot numbers: its release is plain commands, not a script.
     quiet: bool = False
 
 

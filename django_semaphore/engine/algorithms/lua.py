@@ -87,9 +87,9 @@ class Lua:
         grant.  Its ``acquired_ms`` (server time) records the hold time, for
         Retry-After estimates.  Its ``successors``: the waiters it named as likely
         next; if this release serves one, its grant is pushed by the release
-        script itself (one round trip, not two).  A ``quiet`` grant without slot
-        numbers is given back with plain commands (:func:`quiet_release`)."""
-        if granted is not None and granted.quiet and not granted.slots:
+        script itself (one round trip, not two).  A ``quiet`` grant is given back
+        with plain commands (:func:`quiet_release`)."""
+        if granted is not None and granted.quiet:
             held: bool = yield from quiet_release(keys, limit, identifier, granted)
             return held
         successors = granted.successors if granted is not None else ()

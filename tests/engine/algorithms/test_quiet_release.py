@@ -90,7 +90,7 @@ def test_a_numbered_lease_is_released_by_the_script(monkeypatch):
     sem = Semaphore("quiet-not-slots", limit=4, timeout=30, slots=True)
     _warm(sem)
     lease = sem.acquire()
-    assert lease is not None and lease._granted.quiet
+    assert lease is not None and not lease._granted.quiet
     sent = count_round_trips(monkeypatch)
     assert lease.release() is True
     assert sent == ["EVALSHA"]
