@@ -115,15 +115,19 @@ local function permits_of(field)
   return tonumber(field) or tonumber(string.sub(field, 2)) or 1
 end
 
--- Add (`score`: '+inf') or remove (`score`: nil) the timeouts members of
--- the permits beyond the first of holder `id` of `permits` (<= MEMBERS_MAX).
-local function set_members(id, permits, score)
-  local args = {}
+-- Append to `args` the timeouts members of the permits beyond the first of
+-- holder `id` of `permits` (<= MEMBERS_MAX), each after `score` if given.
+local function member_args(args, id, permits, score)
   for k = 2, permits do
     if score then args[#args + 1] = score end
     args[#args + 1] = id .. '#' .. k
   end
-  redis.call(score and 'ZADD' or 'ZREM', KEYS[1], unpack(args))
+  return args
+end
+
+-- Add (`score`: '+inf') or remove (`score`: nil) those members.
+local function set_members(id, permits, score)
+  redis.call(score and 'ZADD' or 'ZREM', KEYS[1], unpack(member_args({}, id, permits, score)))
 end
 
 -- Give back the permits beyond the first of holder `id`, whose "*" field is
@@ -225,7 +229,7 @@ local function grant_state(now, clock)
 end
 
 -- Make `id`, whose timeouts entry (until `expires`, a lease of `lease` ms) is
--- written, a holder of `permits`: its slot numbers when `st.numbered`, its
+-- written (and its other permits' members, if `st.members`), a holder of `permits`: its slot numbers when `st.numbered`, its
 -- fair token, its record (`meta` json), its permits beyond the first (members
 -- or the "+" count) and the keys' TTLs. `st` (grant_state) is kept up to date for the next
 -- grant of the same script. Returns the token and the slots ("3,5" or '').
@@ -279,7 +283,7 @@ local function hold(st, id, permits, expires, lease, meta)
     fields[#fields + 1] = '*' .. id
     fields[#fields + 1] = permits
   elseif permits > 1 then
-    set_members(id, permits, '+inf')
+    if not st.members then set_members(id, permits, '+inf') end
     fields[#fields + 1] = '*' .. id
     fields[#fields + 1] = 'm' .. permits
   end

@@ -39,10 +39,10 @@ local watermark = tonumber(head[4] or '')
 -- Grant the permits to this caller, whose timeouts entry (expiring at
 -- `expires`) is written; `fresh`: the timeouts ZSET was empty before it (so
 -- it was just created, without a TTL).
-local function grant(expires, fresh, over, quiet)
+local function grant(expires, fresh, over, quiet, members)
   local st = {
     counter = head[1], extra = extra, watermark = watermark, fresh = fresh,
-    now = now, clock = clock, numbered = numbered,
+    now = now, clock = clock, numbered = numbered, members = members,
   }
   local token, taken = hold(st, id, permits, expires, lease, ARGV[4])
   return {1, token, now, expires, over, taken, quiet}
@@ -51,14 +51,34 @@ end
 -- The common case: the HASH is whole, nobody waits, the permits are free.
 if head[1] and not head[3] then
   local holders = redis.call('ZCARD', KEYS[1])
-  if limit - holders - extra >= permits and redis.call('ZADD', KEYS[1], 'NX', now + lease, id) == 1 then
+  -- The entry, with the members of a holder of up to MEMBERS_MAX permits, in
+  -- one ZADD NX: all new unless this is a retry (or an expired entry not
+  -- purged yet), which the rest of the script sorts out.
+  local members = permits > 1 and permits <= MEMBERS_MAX
+  local added = false
+  if limit - holders - extra >= permits then
+    if members then
+      local add = member_args({'NX', now + lease, id}, id, permits, '+inf')
+      local n = redis.call('ZADD', KEYS[1], unpack(add))
+      added = n == permits
+      if n > 0 and not added and redis.call('HEXISTS', KEYS[3], id) == 0 then
+        -- Some were there already, left by a holder of this name that is
+        -- gone (an interrupted operation): none of them is anyone's, so they
+        -- all go, and the rest of the script counts again without them.
+        redis.call('ZREM', KEYS[1], id, unpack(member_args({}, id, permits)))
+      end
+    else
+      added = redis.call('ZADD', KEYS[1], 'NX', now + lease, id) == 1
+    end
+  end
+  if added then
     -- Quiet: the release will find nothing to do but give the permits back
     -- unless callers queue or are refused meanwhile (which it checks), so it
     -- is plain commands (Lua.release). Not with slot numbers (the bitmap is
     -- written only while it exists) nor the "+" count (only a script lowers it).
     local quiet = hold_count(head[5]) >= HOLD_FIRST and permits <= MEMBERS_MAX and not numbered
       and not (head[6] and now - tonumber(head[6]) < SAMPLE_MS)
-    return grant(now + lease, holders == 0, 0, quiet and 1 or 0)
+    return grant(now + lease, holders == 0, 0, quiet and 1 or 0, members)
   end
 end
 

@@ -614,6 +614,33 @@ def test_a_weighted_holder_granted_by_the_earlier_version_gives_its_permits_back
     assert new.release() is True and sem.available() == 5
 
 
+def test_a_weighted_acquire_sent_twice_or_over_stray_members_holds_its_permits_once(raw_redis):
+    # The common case adds the entry and its other permits' members in one
+    # ZADD NX, and takes the grant only if all of them were new: a retry (its
+    # entry and members there already) gets its grant back, and members left
+    # by an interrupted operation are not counted twice.
+    sem = Semaphore("weighted-once", limit=7, timeout=30)
+    keys = sem.partition()
+    client = connection.get_client()
+    for _ in range(10):  # past the first grants, which record hold times
+        sem.acquire().release()
+    request = AcquireRequest("twice", "{}", 30000, permits=3)
+    first = run(client, LUA.acquire(keys, 7, request))
+    second = run(client, LUA.acquire(keys, 7, request))
+    assert isinstance(first, Granted) and first.quiet
+    assert dataclasses.replace(second, quiet=True) == first  # the same grant (by the full path)
+    # A member whose holder "stray" is gone counts until sema_cleanup (or a
+    # holder of that name: here, with room for it beside the member) removes it.
+    raw_redis.zadd(keys.timeouts, {"stray#2": "+inf"})
+    stray = run(client, LUA.acquire(keys, 7, AcquireRequest("stray", "{}", 30000, permits=3)))
+    assert isinstance(stray, Granted)
+    assert sorted((h.identifier, h.permits) for h in sem.holders()) == [("stray", 3), ("twice", 3)]
+    assert raw_redis.zcard(keys.timeouts) == 6 and sem.available() == 1
+    assert run(client, LUA.release(keys, 7, "twice", first)) is True
+    assert run(client, LUA.release(keys, 7, "stray", stray)) is True
+    assert raw_redis.zcard(keys.timeouts) == 0 and sem.available() == 7
+
+
 def test_holders_are_listed_in_grant_order_whatever_their_expiry(raw_redis):
     # Listed from the timeouts ZSET (by expiry) and sorted by token: the
     # order they were granted in, as the owners ZSET gave it before.
