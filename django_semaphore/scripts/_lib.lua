@@ -82,9 +82,9 @@ local SAMPLE_MS = 60000
 -- of them all: no key can be created without its TTL, see Lua.release); one
 -- of more adds them to the "+" count, which costs the same for any weight and
 -- is only written by scripts (a HINCRBY on a HASH that expired would create
--- it without a TTL). Measured against a plain cycle's server time: 8 permits
--- as members 1.33 x, 16 as members 1.77 x, 16 by the count and release.lua
--- 1.61 x, so the members stop paying off between the two.
+-- it without a TTL). Measured against a plain cycle's server time: 2 permits
+-- as members 1.06 x, 8 1.25 to 1.38 x, 16 1.61 x; 16 by the count and
+-- release.lua 1.60 x: the members stop paying off at about 16.
 local MEMBERS_MAX = 8
 
 -- The number of holds in the packed "%" field (false/nil: none).
