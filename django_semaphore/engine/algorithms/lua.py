@@ -59,15 +59,18 @@ class Lua:
         bitmap is never touched."""
         script_keys, args = acquire_call(keys, limit, request, ticket)
         max_waiters = request.max_waiters
-        if request.permits != 1 or request.priority != 0 or max_waiters is not None or request.slots:
-            # The script's defaults otherwise: fewer arguments to send and parse.
-            args += (
-                request.permits,
-                request.priority,
-                "" if max_waiters is None else max_waiters,
-                "1" if request.slots else "",
-            )
-        reply = yield Script(ACQUIRE, script_keys, args)
+        # Up to the last one that differs from the script's default: each
+        # argument costs Redis a string to make and Lua one to read.
+        options = (
+            request.permits,
+            request.priority,
+            "" if max_waiters is None else max_waiters,
+            "1" if request.slots else "",
+        )
+        used = len(options)
+        while used and options[used - 1] in _DEFAULTS[used - 1]:
+            used -= 1
+        reply = yield Script(ACQUIRE, script_keys, args + options[:used])
         if reply[0] == 1:
             numbers = parse_slots(reply[5]) if request.slots else ()
             granted = Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, numbers, request.permits)
@@ -117,6 +120,10 @@ class Lua:
     def clock(self) -> str:
         """``""``: expiries are written on the server's clock."""
         return ""
+
+
+#: The values acquire.lua takes for its last four arguments when they are left out.
+_DEFAULTS: tuple[tuple[object, ...], ...] = ((1,), (0,), ("",), ("",))
 
 
 def acquire_call(
