@@ -11,6 +11,8 @@ import redis.cluster
 from django.core.management import call_command
 from django.core.signals import request_finished
 from django.db import close_old_connections
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
 
 #: The repository's root (README.rst, docs/, testproject/, the package).
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -189,3 +191,19 @@ def queue_waiters(sem, count, wait=10):
         threads.append(thread)
         wait_until(lambda n=n: sem.status().waiting == n + 1, 5, message="queued")
     return threads, got
+
+
+def run_model(machine, examples, steps=30):
+    """Run a Hypothesis state machine against the real engine: ``examples`` runs of
+    up to ``steps`` steps, no deadline (a step waits on real servers), no example
+    database, and the health checks a function-scoped fixture and slow steps trip."""
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+            database=None,
+        ),
+    )

@@ -25,19 +25,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
-from tests.support.helpers import wait_until
+from tests.support.helpers import run_model, wait_until
 
 MAX_LIMIT = 5
 EXAMPLES = 60
@@ -224,16 +222,7 @@ class SchedulingModel(RuleBasedStateMachine):
 @pytest.mark.slow
 def test_scheduling_matches_the_model(raw_redis):
     SchedulingModel.raw = raw_redis
-    run_state_machine_as_test(
-        SchedulingModel,
-        settings=settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=30,
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-            database=None,
-        ),
-    )
+    run_model(SchedulingModel, EXAMPLES)
     print(
         f"SCHEDULING MODEL: {EXAMPLES} examples, {_grants['steps']} checked states, "
         f"{_grants['immediate']} immediate and {_grants['queued']} queued grants"

@@ -12,11 +12,11 @@ import asyncio
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from django_semaphore import Semaphore, signals
 from django_semaphore.backend import connection
+from tests.support.helpers import run_model
 
 LIMIT = 3
 _names = itertools.count()
@@ -163,13 +163,4 @@ class SemaphoreModel(RuleBasedStateMachine):
 @pytest.mark.slow
 def test_engine_matches_the_model(backend, backend_redis):
     SemaphoreModel.raw = backend_redis
-    run_state_machine_as_test(
-        SemaphoreModel,
-        settings=settings(
-            max_examples=40,
-            stateful_step_count=30,
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-            database=None,
-        ),
-    )
+    run_model(SemaphoreModel, 40)

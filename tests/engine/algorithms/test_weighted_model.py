@@ -18,18 +18,17 @@ count 0 (no member or count left behind by either form).
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
+from tests.support.helpers import run_model
 
 LIMIT = 20
 EXAMPLES = 100
@@ -111,16 +110,7 @@ class WeightedModel(RuleBasedStateMachine):
 @pytest.mark.slow
 def test_weighted_permits_match_the_model(raw_redis):
     WeightedModel.raw = raw_redis
-    run_state_machine_as_test(
-        WeightedModel,
-        settings=settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=30,
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-            database=None,
-        ),
-    )
+    run_model(WeightedModel, EXAMPLES)
     print(f"WEIGHTED MODEL: {EXAMPLES} examples, releases {_seen}")
     # Both forms, and both release paths, were exercised.
     assert _seen["quiet"] and _seen["scripted"] and _seen["counted"]
