@@ -143,6 +143,12 @@ local function give_back(id, field)
   return permits - 1
 end
 
+-- give_back for one holder, lowering the "+" count by what it returns.
+local function give_back_one(id, field)
+  local extra = give_back(id, field)
+  if extra > 0 then redis.call('HINCRBY', KEYS[3], '+', -extra) end
+end
+
 -- Forget the records of the holders `ids` (at most 1000): their permits
 -- beyond the first leave the timeouts ZSET or the "+" count, their slots go back to the bitmap
 -- (if it still exists: SETBIT would create it without a TTL).

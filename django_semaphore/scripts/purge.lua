@@ -55,9 +55,11 @@ end
 -- entry is gone (an interrupted operation): they go too, uncounted.
 if not dry then
   local stray = {}
+  local gone = {}  -- holder id -> whether its entry is gone (one ZSCORE per holder)
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '+inf', '+inf')) do
     local id = string.match(m, '^(.*)#%d+$')
-    if id and not redis.call('ZSCORE', KEYS[1], id) then stray[#stray + 1] = m end
+    if id and gone[id] == nil then gone[id] = not redis.call('ZSCORE', KEYS[1], id) end
+    if id and gone[id] then stray[#stray + 1] = m end
   end
   for i = 1, #stray, 1000 do
     redis.call('ZREM', KEYS[1], unpack(stray, i, math.min(i + 999, #stray)))

@@ -19,10 +19,7 @@ local live = expiry and tonumber(expiry) > now
 local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD, REFUSED_FIELD)
 redis.call('ZREM', KEYS[1], id)
 local had = redis.call('HDEL', KEYS[3], id, '*' .. id, '@' .. id)
-if found[1] then
-  local extra = give_back(id, found[1])
-  if extra > 0 then redis.call('HINCRBY', KEYS[3], '+', -extra) end
-end
+if found[1] then give_back_one(id, found[1]) end
 if found[2] and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(found[2]) end
 -- Only a hold that ended with a release says how long the work takes (not a
 -- lease that expired, nor a force-release). Recorded while its figure is

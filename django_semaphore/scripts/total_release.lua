@@ -21,10 +21,7 @@ else
   redis.call('HDEL', KEYS[3], id, '*' .. id, '@' .. id)
   if had then redis.call('HINCRBY', KEYS[3], 'c/' .. part, -permits) end
 end
-if found[1] then
-  local extra = give_back(id, found[1])
-  if extra > 0 then redis.call('HINCRBY', KEYS[3], '+', -extra) end
-end
+if found[1] then give_back_one(id, found[1]) end
 if found[2] and found[2] ~= '' and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(found[2]) end
 if had and live and acquired and (
   found[3] or hold_count(found[4]) < HOLD_FIRST

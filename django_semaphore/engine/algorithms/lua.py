@@ -68,7 +68,7 @@ class Lua:
             "1" if request.slots else "",
         )
         used = len(options)
-        while used and options[used - 1] in _DEFAULTS[used - 1]:
+        while used and options[used - 1] == _DEFAULTS[used - 1]:
             used -= 1
         reply = yield Script(ACQUIRE, script_keys, args + options[:used])
         if reply[0] == 1:
@@ -123,7 +123,7 @@ class Lua:
 
 
 #: The values acquire.lua takes for its last four arguments when they are left out.
-_DEFAULTS: tuple[tuple[object, ...], ...] = ((1,), (0,), ("",), ("",))
+_DEFAULTS: tuple[object, ...] = (1, 0, "", "")
 
 
 def acquire_call(
