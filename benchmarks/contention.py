@@ -237,14 +237,14 @@ def _row(triples, limit, duration, peer=None):
     }
 
 
-def _baton_worker(n, processes, lists, start_at, duration, out):
+def _baton_worker(n, batons, lists, start_at, duration, out):
     from django_semaphore.backend import connection
 
     connection.reset()  # never share the parent's sockets
     client = connection.get_client()
-    mine, after = lists[n], lists[(n + 1) % processes]
+    mine, after = lists[n], lists[(n + 1) % len(lists)]
     client.ping()
-    if n == 0:
+    if n < batons:
         while time.monotonic() < start_at:
             time.sleep(0.0005)
         client.rpush(mine, "go")
@@ -264,18 +264,19 @@ def _baton_worker(n, processes, lists, start_at, duration, out):
     out.put(grants)
 
 
-def fifo_floor(processes, duration):
+def fifo_floor(processes, duration, batons=1):
     """Grants/s of the cheapest FIFO hand-over there is, on the same machine and server:
     ``processes`` processes in a ring, each blocked on its own list (``BLPOP``);
-    the holder holds ``HOLD``, then pushes to the next (``RPUSH``): one round trip
-    and one process wake-up per grant, no lease, no queue, no semaphore.  Any
-    semaphore that serves waiters in order between processes hands over at most
-    this fast; a lock whose releasing process takes it straight back need not."""
+    a holder holds ``HOLD``, then pushes to the next (``RPUSH``): one round trip
+    and one process wake-up per grant, no lease, no queue, no semaphore.
+    ``batons`` go round at once (LIMIT).  Any semaphore that serves waiters in
+    order between processes hands over at most this fast; one whose releasing
+    process takes the slot straight back need not."""
     lists = [f"bench:baton:{uuid.uuid4().hex[:6]}:{n}" for n in range(processes)]
     grants = sum(
         _forked(
             _baton_worker,
-            lambda n, start_at: (n, processes, lists, start_at, duration),
+            lambda n, start_at: (n, batons, lists, start_at, duration),
             processes,
             duration + 2 * WAIT + 60,
         )

@@ -25,7 +25,9 @@
 --         one score sort as strings, and ticket numbers all have the same
 --         number of digits (server microseconds: 16 until the year 2286)),
 -- KEYS[5] queue deadlines ZSET (the same members -> ms),
--- KEYS[6] waiters HASH (waiter id -> "ticket:permits:meta json", while it is queued),
+-- KEYS[6] waiters HASH (waiter id -> "ticket:permits:meta json", while it is queued;
+--         "e" -> the queue keys' TTL watermark: KEYS[4], KEYS[5] and KEYS[6]
+--         live at least until this server time (ms); see acquire.lua),
 -- KEYS[7] slots bitmap (SLOTS only: bit n set while a holder has slot n;
 --         BITPOS finds free slots in O(LIMIT / 64)),
 -- KEYS[8] (acquire of a waiter, abandon) the caller's own wake-up LIST.
@@ -77,6 +79,9 @@ local HOLD_MAX_MS = 2147483647  -- longer holds count as this: 32 x 2^31 x 1024 
 local HOLD_FIRST = 8
 local REFUSED_FIELD = 'r'
 local SAMPLE_MS = 60000
+-- A refusal writes REFUSED_FIELD only when it is this much older (ms): a
+-- full semaphore refuses many callers a second, one write does for them.
+local REFUSED_EVERY = 1000
 -- A holder of up to this many permits keeps those beyond its first as
 -- members of the timeouts ZSET, so that its release is plain commands (a ZREM
 -- of them all: no key can be created without its TTL, see Lua.release); one
@@ -101,6 +106,17 @@ end
 -- one on a key that has none (PTTL -1: just created).
 local function lengthen(key, ttl)
   if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
+end
+
+-- Push `grant` to a waiter's wake-up list `key`, which lives at least `ttl`
+-- ms: a list created by the push gets it at once (no PTTL), one that existed
+-- (an unread wake-up in it) keeps a longer TTL of its own.
+local function push_grant(key, grant, ttl)
+  if redis.call('RPUSH', key, grant) == 1 then
+    redis.call('PEXPIRE', key, ttl)
+  else
+    lengthen(key, ttl)
+  end
 end
 
 -- Give the slots "3,5" back to the bitmap, which exists.
@@ -224,13 +240,16 @@ local function keep_until(at)
 end
 
 -- The partition's state for hold(), read once per script: the holds HASH's
--- fair counter, weighted count and TTL watermark, and whether the timeouts
--- ZSET is empty (so that the next timeouts entry creates it, without a TTL).
-local function grant_state(now, clock)
+-- fair counter, weighted count and TTL watermark, the timeouts ZSET's
+-- members, and whether it is empty (so that the next timeouts entry creates
+-- it, without a TTL).
+-- `holders`: the ZCARD of the timeouts ZSET if the caller has it (saves a call).
+local function grant_state(now, clock, holders)
   local h = redis.call('HMGET', KEYS[3], '#', '+', 'e')
+  if not holders then holders = redis.call('ZCARD', KEYS[1]) end
   return {
     counter = h[1], extra = tonumber(h[2] or '') or 0, watermark = tonumber(h[3] or ''),
-    fresh = redis.call('EXISTS', KEYS[1]) == 0, now = now, clock = clock, numbered = false,
+    fresh = holders == 0, now = now, clock = clock, numbered = false, holders = holders,
   }
 end
 
@@ -436,10 +455,12 @@ end
 -- after it (the other holders' releases, one per holder as a rule, may come
 -- one more or one fewer before its own); that release names their lists and
 -- pushes the grant of the one it serves in the same script ('' when the queue
--- is shorter). At most `free` + GUESS_MAX + 1 members are read.
-local function grant_first(now, clock, free, out, limit, push)
-  local st = nil
+-- is shorter). At most `free` + GUESS_MAX + 1 members are read. `st`:
+-- grant_state's, read by the caller. Returns how many waiters left the queue.
+local function grant_first(st, free, out, limit, push)
+  local now = st.now
   local first = #out + 1
+  local left = 0
   local taken = 0
   local ttl = nil
   local behind = limit <= GUESS_MAX and limit or 0
@@ -453,9 +474,9 @@ local function grant_first(now, clock, free, out, limit, push)
     if not ttl then ttl = math.max(10000, redis.call('PTTL', KEYS[5])) end
     local rec = redis.call('HMGET', KEYS[6], id, '@' .. id)
     local meta = rec[1] and string.match(rec[1], '^%d+:%d+:(.*)$') or '{}'
-    if not st then st = grant_state(now, clock) end
     st.numbered = rec[2] == '1'
     local expires = now + CLAIM_MS
+    left = left + 1
     redis.call('ZREM', KEYS[4], w)
     redis.call('ZREM', KEYS[5], w)
     redis.call('HDEL', KEYS[6], id, '@' .. id)
@@ -470,8 +491,7 @@ local function grant_first(now, clock, free, out, limit, push)
       local grant = token .. ':' .. now .. ':' .. expires .. ':' .. slots .. ':' .. table.concat(later, ',')
       local key = push and push[id]
       if key then
-        redis.call('RPUSH', key, grant)
-        lengthen(key, ttl)
+        push_grant(key, grant, ttl)
       else
         if #out < first then out[first] = ttl end
         out[#out + 1] = id
@@ -479,6 +499,7 @@ local function grant_first(now, clock, free, out, limit, push)
       end
     end
   end
+  return left
 end
 
 -- TOTAL's direct grant: while permits are free under `total`, the partition
@@ -542,19 +563,21 @@ end
 
 -- Permits came free (release, abandon): grant them to the first waiters
 -- (`push`: see grant_first).
+-- Returns how many wait still.
 local function wake(now, clock, limit, out, push)
   local waiting = purge_waiters(now)
-  if waiting == 0 then return end
+  if waiting == 0 then return 0 end
   purge_holders(now, 100)
-  local free = limit - permits_held()
-  if free > 0 then grant_first(now, clock, free, out, limit, push) end
+  local st = grant_state(now, clock)
+  local free = limit - st.holders - st.extra
+  if free > 0 then waiting = waiting - grant_first(st, free, out, limit, push) end
+  return waiting
 end
 
 -- Permits came free with the waiters flag set (a release): grant them to the
 -- first waiters (wake), and clear the flag once the queue is empty.
 local function serve(now, clock, limit, out, push)
-  wake(now, clock, limit, out, push)
-  if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('HDEL', KEYS[3], 'w') end
+  if wake(now, clock, limit, out, push) == 0 then redis.call('HDEL', KEYS[3], 'w') end
 end
 
 -- TOTAL: permits came free (release, abandon): grant them (grant_total).

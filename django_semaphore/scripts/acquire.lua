@@ -114,9 +114,12 @@ local ahead = 0
 local member = nil  -- this caller's queue member, once it is in the queue
 local number = nil  -- its ticket number
 local ranked = nil  -- the waiters ahead of it: the first `ahead` members of the queue (nil: by score)
+local qmark = nil  -- the queue keys' TTL watermark (nil: not read, or none)
 if waiting > 0 then
   if ticket > 0 then
-    local rec = redis.call('HGET', KEYS[6], id)
+    local found = redis.call('HMGET', KEYS[6], id, 'e')
+    local rec = found[1]
+    qmark = tonumber(found[2] or '')
     number = rec and string.match(rec, '^(%d+):')
     if not number and ARGV[6] and ARGV[6] ~= '' then number = ARGV[6] end
   end
@@ -175,9 +178,10 @@ end
 
 local over = 0
 local fits = limit - used - needed_ahead >= permits
+-- (A waiter's retry was looked for above: a holder already is not queued.)
 if not fits and dry then
   -- A dry run: nobody is refused; say whether enforcing would have.
-  local again = held_again(id, now)
+  local again = ticket == 0 and held_again(id, now)
   if again then return again end
   over = 1
 end
@@ -208,20 +212,25 @@ if fits or over == 1 then
   return result
 end
 
-local again = held_again(id, now)
+local again = ticket == 0 and held_again(id, now)
 if again then return again end
 
 -- Refused: releases record their hold times for a while, so that this
 -- caller's successors get a Retry-After from recent holds (see HOLD_FIRST).
 -- (No "#": the HASH is gone, and a write would create it without a TTL.)
-if head[1] then redis.call('HSET', KEYS[3], REFUSED_FIELD, now) end
+-- Written at most once a REFUSED_EVERY: the window ends that much early at most.
+if head[1] and not (head[6] and now - tonumber(head[6]) < REFUSED_EVERY) then
+  redis.call('HSET', KEYS[3], REFUSED_FIELD, now)
+end
 
 local out = {0, 0, ahead, 0, '', 0}
 -- Free permits that waiters ahead are entitled to, with nobody taking them (a
 -- lease expired, which wakes nobody; or a woken waiter never came): wake
 -- those waiters, so that a dead one among them is dropped after its claim
 -- window instead of holding up this caller until its ticket runs out.
-if used < limit and waiting > 0 then grant_first(now, clock, limit - used, out, limit) end
+if used < limit and waiting > 0 then
+  waiting = waiting - grant_first(grant_state(now, clock, holders), limit - used, out, limit)
+end
 
 if ticket > 0 and not member and cap and waiting >= cap then
   -- MAX_WAITERS wait already: refused at once, not queued.
@@ -229,27 +238,46 @@ if ticket > 0 and not member and cap and waiting >= cap then
   ticket = 0
 end
 if ticket > 0 then
+  -- Tickets expire one by one (KEYS[5]); the three queue keys outlive the
+  -- longest of a ticket and a lease, as every key does (TTL >= TIMEOUT +
+  -- 1 s), and a shorter one never cuts their TTL. As for the holder keys (see
+  -- next_watermark), the waiters HASH's "e" says until when they live at
+  -- least: a waiter queued before that writes no TTL; otherwise the three move
+  -- to a watermark one lease further, with PEXPIREAT (about once per lease).
+  -- With no watermark read (the first waiter: the queue was empty), a TTL
+  -- that is longer already is kept.
+  local need = now + math.max(ticket, lease) + 1000
+  local keep = nil
+  if not (qmark and qmark >= need) then
+    keep = need + lease
+    if not qmark then
+      for _, key in ipairs({KEYS[4], KEYS[5], KEYS[6]}) do
+        local ttl = redis.call('PTTL', key)
+        if ttl > 0 and now + ttl > keep then keep = now + ttl end
+      end
+    end
+  end
+  local fields = {}
   if not member then
     -- Tickets are numbered by server time in microseconds: arrival order.
     number = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
     member = number .. ':' .. permits .. ':' .. id
     redis.call('ZADD', KEYS[4], -priority, member)
     -- "@": whether a direct grant gives it slot numbers (SLOTS).
-    redis.call('HSET', KEYS[6], id, number .. ':' .. permits .. ':' .. ARGV[4], '@' .. id, numbered and '1' or '')
+    fields = {id, number .. ':' .. permits .. ':' .. ARGV[4], '@' .. id, numbered and '1' or ''}
     out[5] = number
   end
-  redis.call('ZADD', KEYS[5], now + ticket, member)
-  -- Tickets expire one by one (KEYS[5]); the keys outlive the longest of a
-  -- ticket and a lease, as every key does (TTL >= TIMEOUT + 1 s), and a
-  -- shorter lease never cuts their TTL. The two ZSETs hold the same waiters,
-  -- so they exist together and share one TTL.
-  local keep = math.max(ticket, lease) + 1000
-  if redis.call('PTTL', KEYS[5]) < keep then
-    redis.call('PEXPIRE', KEYS[4], keep)
-    redis.call('PEXPIRE', KEYS[5], keep)
+  if keep then
+    fields[#fields + 1] = 'e'
+    fields[#fields + 1] = keep
   end
-  -- The waiters' records: the same lifetime, never shortened.
-  lengthen(KEYS[6], keep)
+  if #fields > 0 then redis.call('HSET', KEYS[6], unpack(fields)) end
+  redis.call('ZADD', KEYS[5], now + ticket, member)
+  if keep then
+    redis.call('PEXPIREAT', KEYS[4], keep)
+    redis.call('PEXPIREAT', KEYS[5], keep)
+    redis.call('PEXPIREAT', KEYS[6], keep)
+  end
 end
 
 out[2], out[4] = refusal_times(now, lease, ahead, permits, limit, ticket > 0)

@@ -4,7 +4,6 @@
 -- keeps its TTL); ARGV[i + 1]: the grant for KEYS[i] (see grant_first in _lib.lua).
 local ttl = tonumber(ARGV[1])
 for i, key in ipairs(KEYS) do
-  redis.call('RPUSH', key, ARGV[i + 1])
-  lengthen(key, ttl)
+  push_grant(key, ARGV[i + 1], ttl)
 end
 return #KEYS
