@@ -471,8 +471,12 @@ local function grant_first(st, free, out, limit, push)
     local id, permits = member_parts(w)
     taken = taken + permits
     if taken > free then break end
-    if not ttl then ttl = math.max(10000, redis.call('PTTL', KEYS[5])) end
-    local rec = redis.call('HMGET', KEYS[6], id, '@' .. id)
+    local rec = redis.call('HMGET', KEYS[6], id, '@' .. id, 'e')
+    if not ttl then
+      -- The queue keys' watermark (acquire.lua) when there is one: no PTTL.
+      local mark = tonumber(rec[3] or '')
+      ttl = math.max(10000, mark and mark - now or redis.call('PTTL', KEYS[5]))
+    end
     local meta = rec[1] and string.match(rec[1], '^%d+:%d+:(.*)$') or '{}'
     st.numbered = rec[2] == '1'
     local expires = now + CLAIM_MS
@@ -601,10 +605,12 @@ end
 
 -- Milliseconds a caller with `ahead` waiters before it can expect to wait,
 -- from the recent hold times: each round of `limit` holds frees `limit`
--- slots. nil when no hold has been recorded yet.
-local function hold_estimate(ahead, limit)
+-- slots. nil when no hold has been recorded yet. `packed`: the holds HASH's
+-- HOLDS_FIELD if the caller read it (false: absent), nil to read it here.
+local function hold_estimate(ahead, limit, packed)
   if limit < 1 then limit = 1 end  -- paused (limit 0): as if one slot
-  local packed = tonumber(redis.call('HGET', KEYS[3], HOLDS_FIELD) or '')
+  if packed == nil then packed = redis.call('HGET', KEYS[3], HOLDS_FIELD) end
+  packed = tonumber(packed or '')
   if not packed then return nil end
   local n = packed % HOLD_SCALE
   if n == 0 then return nil end
@@ -613,16 +619,17 @@ local function hold_estimate(ahead, limit)
 end
 
 -- A refused caller's Retry-After estimate (ms) and when it should look again
--- at the latest (ms): the estimate comes from the recent hold times and the
--- `ahead` waiters before it (rounds of `limit`), never later than the earliest
+-- at the latest (ms): the estimate comes from the recent hold times
+-- (`packed`: see hold_estimate) and the `ahead` permits to be served before
+-- its last one (rounds of `limit`), never later than the earliest
 -- lease expiry (a permit is free then at the latest); a `queued` waiter also
 -- looks again when the earliest ticket deadline passes (a woken waiter's claim
 -- window ending pushes no wake-up).
-local function refusal_times(now, lease, ahead, permits, limit, queued)
+local function refusal_times(now, lease, ahead, limit, queued, packed)
   local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '(+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   local until_expiry = lease
   if first[2] then until_expiry = tonumber(first[2]) - now end
-  local estimate = hold_estimate(ahead + permits - 1, limit)
+  local estimate = hold_estimate(ahead, limit, packed)
   if not estimate or estimate > until_expiry then estimate = until_expiry end
   local recheck = until_expiry
   if queued then

@@ -171,7 +171,10 @@ local function count()
   extra = used - holders
   return used
 end
-local used = count()
+-- The first count takes the "+" count read with the head (nothing has
+-- changed it since).
+holders = redis.call('ZCARD', KEYS[1])
+local used = holders + extra
 if limit - used - needed_ahead < permits then
   if purge_holders(now, 1000) > 0 then used = count() end
 end
@@ -280,6 +283,6 @@ if ticket > 0 then
   end
 end
 
-out[2], out[4] = refusal_times(now, lease, ahead, permits, limit, ticket > 0)
+out[2], out[4] = refusal_times(now, lease, ahead + permits - 1, limit, ticket > 0, head[5])
 flag_waiters(ticket > 0 or waiting > 0)
 return out

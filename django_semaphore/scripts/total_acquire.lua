@@ -181,5 +181,5 @@ if ticket > 0 then
 end
 flag_waiters(keep)
 
-out[2], out[4] = refusal_times(now, lease, ahead, permits, math.min(limit, total), ticket > 0)
+out[2], out[4] = refusal_times(now, lease, ahead + permits - 1, math.min(limit, total), ticket > 0)
 return out
