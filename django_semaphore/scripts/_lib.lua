@@ -159,10 +159,12 @@ local function give_back(id, field)
   return permits - 1
 end
 
--- give_back for one holder, lowering the "+" count by what it returns.
+-- give_back for one holder, lowering the "+" count by what it returns
+-- (returned: 0 when the count is unchanged).
 local function give_back_one(id, field)
   local extra = give_back(id, field)
   if extra > 0 then redis.call('HINCRBY', KEYS[3], '+', -extra) end
+  return extra
 end
 
 -- Forget the records of the holders `ids` (at most 1000): their permits
@@ -243,10 +245,13 @@ end
 -- fair counter, weighted count and TTL watermark, the timeouts ZSET's
 -- members, and whether it is empty (so that the next timeouts entry creates
 -- it, without a TTL).
--- `holders`: the ZCARD of the timeouts ZSET if the caller has it (saves a call).
-local function grant_state(now, clock, holders)
-  local h = redis.call('HMGET', KEYS[3], '#', '+', 'e')
-  if not holders then holders = redis.call('ZCARD', KEYS[1]) end
+-- `known` (optional): what the caller read already and nothing changed since,
+-- each optional: `holders` (the ZCARD of the timeouts ZSET), `head` (the
+-- holds HASH's "#", "+" and "e", as HMGET returns them).
+local function grant_state(now, clock, known)
+  known = known or {}
+  local h = known.head or redis.call('HMGET', KEYS[3], '#', '+', 'e')
+  local holders = known.holders or redis.call('ZCARD', KEYS[1])
   return {
     counter = h[1], extra = tonumber(h[2] or '') or 0, watermark = tonumber(h[3] or ''),
     fresh = holders == 0, now = now, clock = clock, numbered = false, holders = holders,
@@ -406,11 +411,20 @@ local function ready_update(part, served)
   if old then redis.call('ZREM', KEYS[2], old) end
 end
 
--- Remove abandoned waiter tickets; return the number of waiters left.
+-- Remove abandoned waiter tickets; return the number of waiters left, and the
+-- earliest ticket deadline when nothing was removed (else nil): the first
+-- deadline says whether any passed, so that a queue with none costs one read.
 local function purge_waiters(now)
   local waiting = redis.call('ZCARD', KEYS[4])
+  local soonest = nil
   if waiting > 0 then
-    local gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)
+    local first = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+    soonest = tonumber(first[2] or '')
+    local gone = {}
+    if soonest and soonest <= now then
+      soonest = nil
+      gone = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now, 'LIMIT', 0, 100)
+    end
     if #gone > 0 then
       redis.call('ZREM', KEYS[4], unpack(gone))
       redis.call('ZREM', KEYS[5], unpack(gone))
@@ -433,7 +447,7 @@ local function purge_waiters(now)
       waiting = redis.call('ZCARD', KEYS[4])
     end
   end
-  return waiting
+  return waiting, soonest
 end
 
 -- Direct grant: the first waiters in serving order whose permits fit in the
@@ -567,21 +581,23 @@ end
 
 -- Permits came free (release, abandon): grant them to the first waiters
 -- (`push`: see grant_first).
--- Returns how many wait still.
-local function wake(now, clock, limit, out, push)
+-- `head`: the holds HASH's "#", "+" and "e" if the caller read them since
+-- its last change (see grant_state). Returns how many wait still.
+local function wake(now, clock, limit, out, push, head)
   local waiting = purge_waiters(now)
   if waiting == 0 then return 0 end
-  purge_holders(now, 100)
-  local st = grant_state(now, clock)
+  if purge_holders(now, 100) > 0 then head = nil end
+  local st = grant_state(now, clock, {head = head})
   local free = limit - st.holders - st.extra
   if free > 0 then waiting = waiting - grant_first(st, free, out, limit, push) end
   return waiting
 end
 
 -- Permits came free with the waiters flag set (a release): grant them to the
--- first waiters (wake), and clear the flag once the queue is empty.
-local function serve(now, clock, limit, out, push)
-  if wake(now, clock, limit, out, push) == 0 then redis.call('HDEL', KEYS[3], 'w') end
+-- first waiters (wake; `head`: see there), and clear the flag once the queue
+-- is empty.
+local function serve(now, clock, limit, out, push, head)
+  if wake(now, clock, limit, out, push, head) == 0 then redis.call('HDEL', KEYS[3], 'w') end
 end
 
 -- TOTAL: permits came free (release, abandon): grant them (grant_total).
@@ -619,22 +635,32 @@ local function hold_estimate(ahead, limit, packed)
 end
 
 -- A refused caller's Retry-After estimate (ms) and when it should look again
--- at the latest (ms): the estimate comes from the recent hold times
--- (`packed`: see hold_estimate) and the `ahead` permits to be served before
--- its last one (rounds of `limit`), never later than the earliest
--- lease expiry (a permit is free then at the latest); a `queued` waiter also
--- looks again when the earliest ticket deadline passes (a woken waiter's claim
--- window ending pushes no wake-up).
-local function refusal_times(now, lease, ahead, limit, queued, packed)
-  local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '(+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  local until_expiry = lease
-  if first[2] then until_expiry = tonumber(first[2]) - now end
-  local estimate = hold_estimate(ahead, limit, packed)
+-- at the latest (ms): the estimate comes from the recent hold times and the
+-- `ahead` permits to be served before its last one (rounds of `limit`),
+-- never later than the earliest lease expiry (a permit is free then at the
+-- latest); a `queued` waiter also looks again when the earliest ticket
+-- deadline passes (a woken waiter's claim window ending pushes no wake-up).
+-- `known`: what the caller read already, each optional: `packed` (the holds
+-- HASH's HOLDS_FIELD, false: absent), `expiry` (the earliest lease expiry
+-- after now, false: none), `soonest` (an earliest ticket deadline: the
+-- caller's own or one no later than the true earliest).
+local function refusal_times(now, lease, ahead, limit, queued, known)
+  known = known or {}
+  local expiry = known.expiry
+  if expiry == nil then
+    local first = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '(+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    expiry = tonumber(first[2] or '') or false
+  end
+  local until_expiry = expiry and expiry - now or lease
+  local estimate = hold_estimate(ahead, limit, known.packed)
   if not estimate or estimate > until_expiry then estimate = until_expiry end
   local recheck = until_expiry
   if queued then
-    local soonest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-    if soonest[2] and tonumber(soonest[2]) - now < recheck then recheck = tonumber(soonest[2]) - now end
+    local soonest = known.soonest
+    if not soonest then
+      soonest = tonumber(redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')[2] or '')
+    end
+    if soonest and soonest - now < recheck then recheck = soonest - now end
   end
   return math.ceil(estimate), recheck
 end

@@ -109,7 +109,9 @@ if ticket > 0 then
   end
 end
 
-local waiting = purge_waiters(now)
+local waiting, soonest = purge_waiters(now)
+-- Whether `soonest` is the earliest ticket deadline (nil: the queue is empty).
+local deadlines_known = waiting == 0 or soonest ~= nil
 local ahead = 0
 local member = nil  -- this caller's queue member, once it is in the queue
 local number = nil  -- its ticket number
@@ -175,8 +177,17 @@ end
 -- changed it since).
 holders = redis.call('ZCARD', KEYS[1])
 local used = holders + extra
+local expiry = nil  -- the earliest lease expiry after now, once read (false: none)
 if limit - used - needed_ahead < permits then
-  if purge_holders(now, 1000) > 0 then used = count() end
+  -- The first entry says whether any lease ended (a purge is due) or, if
+  -- none did, when the earliest ends (for refusal_times).
+  local first = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or '')
+  if first and first <= now then
+    if purge_holders(now, 1000) > 0 then used = count() end
+  else
+    -- (Members of score +inf, a weighted holder's, only follow an entry.)
+    expiry = first and first < math.huge and first or false
+  end
 end
 
 local over = 0
@@ -232,7 +243,9 @@ local out = {0, 0, ahead, 0, '', 0}
 -- those waiters, so that a dead one among them is dropped after its claim
 -- window instead of holding up this caller until its ticket runs out.
 if used < limit and waiting > 0 then
-  waiting = waiting - grant_first(grant_state(now, clock, holders), limit - used, out, limit)
+  -- (The "+" count as last counted; "#" and "e" as read: nothing wrote them.)
+  local st = grant_state(now, clock, {holders = holders, head = {head[1], extra, head[4]}})
+  waiting = waiting - grant_first(st, limit - used, out, limit)
 end
 
 if ticket > 0 and not member and cap and waiting >= cap then
@@ -283,6 +296,17 @@ if ticket > 0 then
   end
 end
 
-out[2], out[4] = refusal_times(now, lease, ahead + permits - 1, limit, ticket > 0, head[5])
+-- A queued caller's earliest ticket deadline: that read by purge_waiters, or
+-- its own if earlier (a waiter granted above may have had the one read: a
+-- recheck then comes early, which costs a look, never late); unknown (nil)
+-- if purge_waiters removed any.
+if ticket > 0 and deadlines_known then
+  soonest = math.min(soonest or math.huge, now + ticket)
+else
+  soonest = nil
+end
+out[2], out[4] = refusal_times(now, lease, ahead + permits - 1, limit, ticket > 0, {
+  packed = head[5], expiry = expiry, soonest = soonest,
+})
 flag_waiters(ticket > 0 or waiting > 0)
 return out

@@ -7,7 +7,8 @@
 -- the other waiters granted, whose wake-ups the caller pushes (wake.lua).
 -- The common case (one permit, no slot numbers, nobody waiting) is five
 -- calls: TIME, ZSCORE, one HMGET (the holder's permits and slots, the waiters
--- flag, the hold count), ZREM, HDEL (the token lives in the record: there is
+-- flag, the hold count; and the fair counter, "+" count and TTL watermark that
+-- a direct grant needs), ZREM, HDEL (the token lives in the record: there is
 -- no owners entry to remove); a weighted holder's other permits are one ZREM
 -- more, or a HINCRBY of the "+" count (more than MEMBERS_MAX). (A quiet lease
 -- is given back without this script: see Lua.release.)
@@ -16,10 +17,11 @@ local acquired = tonumber(ARGV[3] or '')
 local now, clock = server_ms()
 local expiry = redis.call('ZSCORE', KEYS[1], id)
 local live = expiry and tonumber(expiry) > now
-local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD, REFUSED_FIELD)
+-- (With "#", "+" and "e" for a direct grant: see the rest of the script.)
+local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD, REFUSED_FIELD, '#', '+', 'e')
 redis.call('ZREM', KEYS[1], id)
 local had = redis.call('HDEL', KEYS[3], id, '*' .. id, '@' .. id)
-if found[1] then give_back_one(id, found[1]) end
+local counted = found[1] and give_back_one(id, found[1]) or 0
 if found[2] and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(found[2]) end
 -- Only a hold that ended with a release says how long the work takes (not a
 -- lease that expired, nor a force-release). Recorded while its figure is
@@ -42,5 +44,6 @@ for i = 4, #ARGV do
   push = push or {}
   push[ARGV[i]] = KEYS[i + 4]
 end
-serve(now, clock, tonumber(ARGV[2]), out, push)
+-- The "+" count read above, unless the release lowered it.
+serve(now, clock, tonumber(ARGV[2]), out, push, counted == 0 and {found[6], found[7], found[8]} or nil)
 return out
