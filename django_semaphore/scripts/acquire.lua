@@ -121,7 +121,11 @@ if waiting > 0 then
   if ticket > 0 then
     local found = redis.call('HMGET', KEYS[6], id, 'e')
     local rec = found[1]
-    qmark = tonumber(found[2] or '')
+    -- Trusted only if the deadlines ZSET showed its first entry: one that
+    -- vanished alone (maxmemory's volatile-* policies evict one key at a
+    -- time) is re-created by this caller's ZADD, without a TTL. (After a
+    -- purge of tickets, not trusted either: rare, and then it is checked.)
+    qmark = soonest and tonumber(found[2] or '')
     number = rec and string.match(rec, '^(%d+):')
     if not number and ARGV[6] and ARGV[6] ~= '' then number = ARGV[6] end
   end

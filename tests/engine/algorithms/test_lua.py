@@ -679,3 +679,24 @@ def test_hold_times_are_recorded_only_while_an_estimate_is_needed(raw_redis):
         lease = sem.acquire()
         assert lease is not None and lease.release() is True
     assert _holds_recorded(raw_redis, keys) == 11
+
+
+@pytest.mark.parametrize("evicted", ["queue", "queue_deadlines", "waiters"])
+def test_a_queue_key_evicted_alone_gets_its_ttl_back_with_the_next_waiter(raw_redis, evicted):
+    # The queue keys keep their TTLs by a watermark in the waiters HASH, so a
+    # waiter queued before it writes no TTL. maxmemory's volatile-* policies
+    # evict one key at a time: whichever of the three vanished, the next
+    # waiter re-creates it with a TTL (every key has one: TIMEOUT + 1 s at least).
+    sem = Semaphore(f"evicted-{evicted}", limit=1, timeout=LONG)
+    keys = sem.partition()
+    client = connection.get_client()
+    assert sem.acquire() is not None
+    run(client, LUA.acquire(keys, 1, AcquireRequest("first", "{}", LONG * 1000, ticket_ms=TICKET_MS)))
+    raw_redis.delete(getattr(keys, evicted))
+    started = time.monotonic()
+    run(client, LUA.acquire(keys, 1, AcquireRequest("second", "{}", LONG * 1000, ticket_ms=TICKET_MS)))
+    elapsed = (time.monotonic() - started) * 1000
+    ttls = _pttls(raw_redis, [keys.queue, keys.queue_deadlines, keys.waiters])
+    print(f"QUEUE KEY TTLS after {evicted} was evicted and a waiter queued: {ttls}")
+    for name, pttl in ttls.items():
+        assert pttl >= LONG * 1000 + 1000 - elapsed - 5, name
