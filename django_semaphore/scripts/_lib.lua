@@ -131,19 +131,21 @@ local function permits_of(field)
   return tonumber(field) or tonumber(string.sub(field, 2)) or 1
 end
 
--- Append to `args` the timeouts members of the permits beyond the first of
--- holder `id` of `permits` (<= MEMBERS_MAX), each after `score` if given.
-local function member_args(args, id, permits, score)
-  for k = 2, permits do
-    if score then args[#args + 1] = score end
-    args[#args + 1] = id .. '#' .. k
-  end
-  return args
+-- The timeouts members of holder `id`'s permits `k` to `permits` (2 <= k,
+-- permits <= MEMBERS_MAX < 10), each after `score` if given, as values: for
+-- so few, cheaper than a table and unpack() (2 permits: 0.2 against 0.5 us),
+-- and string.char() costs less than a number in a concatenation (a sprintf).
+local function members_from(k, id, permits, score)
+  if k > permits then return end
+  local member = id .. '#' .. string.char(48 + k)
+  if score then return score, member, members_from(k + 1, id, permits, score) end
+  return member, members_from(k + 1, id, permits, score)
 end
 
--- Add (`score`: '+inf') or remove (`score`: nil) those members.
+-- Add (`score`: '+inf') or remove (`score`: nil) the members of holder `id`'s
+-- permits beyond its first.
 local function set_members(id, permits, score)
-  redis.call(score and 'ZADD' or 'ZREM', KEYS[1], unpack(member_args({}, id, permits, score)))
+  redis.call(score and 'ZADD' or 'ZREM', KEYS[1], members_from(2, id, permits, score))
 end
 
 -- Give back the permits beyond the first of holder `id`, whose "*" field is
@@ -315,7 +317,7 @@ local function hold(st, id, permits, expires, lease, meta)
   elseif permits > 1 then
     if not st.members then set_members(id, permits, '+inf') end
     fields[#fields + 1] = '*' .. id
-    fields[#fields + 1] = 'm' .. permits
+    fields[#fields + 1] = 'm' .. string.char(48 + permits)
   end
   if st.numbered then
     fields[#fields + 1] = '@' .. id

@@ -58,14 +58,13 @@ if head[1] and not head[3] then
   local added = false
   if limit - holders - extra >= permits then
     if members then
-      local add = member_args({'NX', now + lease, id}, id, permits, '+inf')
-      local n = redis.call('ZADD', KEYS[1], unpack(add))
+      local n = redis.call('ZADD', KEYS[1], 'NX', now + lease, id, members_from(2, id, permits, '+inf'))
       added = n == permits
       if n > 0 and not added and redis.call('HEXISTS', KEYS[3], id) == 0 then
         -- Some were there already, left by a holder of this name that is
         -- gone (an interrupted operation): none of them is anyone's, so they
         -- all go, and the rest of the script counts again without them.
-        redis.call('ZREM', KEYS[1], id, unpack(member_args({}, id, permits)))
+        redis.call('ZREM', KEYS[1], id, members_from(2, id, permits))
       end
     else
       added = redis.call('ZADD', KEYS[1], 'NX', now + lease, id) == 1
