@@ -300,6 +300,8 @@ def measure_goal(redis_url, duration, processes=PROCESSES_GOAL):
         triples = _python_contenders(kind, 1, processes, duration)
         result["rows"][f"{kind} (mutex)"] = _row(triples, 1, duration, peer="ours, LIMIT 1")
     result["fifo_floor"] = fifo_floor(processes, duration)
+    result["fifo_floor_limit"] = fifo_floor(processes, duration, batons=LIMIT)
+    result["floor_batons"] = LIMIT
     why = node_status()
     if why:
         result["node_skipped"] = why

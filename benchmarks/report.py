@@ -351,6 +351,14 @@ def _contention_goal_rows(g, add):
             f"{g['fifo_floor']:,.0f} grants/s",
             "the ceiling of any in-order hand-over between processes",
         )
+    if "fifo_floor_limit" in g:
+        n = g["floor_batons"]
+        add(
+            f"contention {g['processes']} procs",
+            f"FIFO hand-over floor, {n} batons at once (LIMIT {n}), hold {g['hold'] * 1000:g} ms",
+            f"{g['fifo_floor_limit']:,.0f} grants/s",
+            f"the ceiling of any in-order hand-over at LIMIT {n}",
+        )
     if "node_skipped" in g:
         add(f"contention {g['processes']} procs", f"redis-semaphore: skipped ({g['node_skipped']})", "-")
 
@@ -507,6 +515,16 @@ def _engine_contention_goals(g):
             (
                 "3 (bound) LIMIT 1 / FIFO hand-over floor (BLPOP/RPUSH baton)",
                 f"{g['rows']['ours, LIMIT 1']['grants_per_s'] / floor:.2f} x ({floor:,.0f} grants/s)",
+                "(the ceiling in order)",
+                "-",
+            )
+        )
+    floor, n = g.get("fifo_floor_limit"), g.get("floor_batons")
+    if floor and f"ours, LIMIT {n}" in g["rows"]:
+        rows.append(
+            (
+                f"3 (bound) LIMIT {n} / FIFO hand-over floor ({n} batons)",
+                f"{g['rows'][f'ours, LIMIT {n}']['grants_per_s'] / floor:.2f} x ({floor:,.0f} grants/s)",
                 "(the ceiling in order)",
                 "-",
             )
