@@ -35,6 +35,7 @@ from hypothesis.stateful import (
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
+from django_semaphore.backend.keys import glob_escape
 from tests.support.helpers import run_model, wait_until
 
 MAX_LIMIT = 5
@@ -204,6 +205,15 @@ class SchedulingModel(RuleBasedStateMachine):
         assert {h.identifier: h.slots for h in holders} == {
             h.lease.identifier: h.lease.slots for h in self.holders
         }
+
+    @invariant()
+    def every_key_expires(self):
+        # Every key has a TTL (API: Redis keys): the holder keys keep theirs by
+        # the holds HASH's watermark, the queue keys by the waiters HASH's,
+        # each set when a key is (re-)created; the wake-up lists by the push.
+        timeouts = self.sem.partition().timeouts
+        for key in self.raw.scan_iter(match=glob_escape(timeouts[:-1]) + "*", count=1000):
+            assert self.raw.pttl(key) != -1, key
 
     def teardown(self):
         try:
