@@ -262,18 +262,16 @@ if ticket > 0 then
   -- 1 s), and a shorter one never cuts their TTL. As for the holder keys (see
   -- next_watermark), the waiters HASH's "e" says until when they live at
   -- least: a waiter queued before that writes no TTL; otherwise the three move
-  -- to a watermark one lease further, with PEXPIREAT (about once per lease).
-  -- With no watermark read (the first waiter: the queue was empty), a TTL
-  -- that is longer already is kept.
+  -- to a watermark one lease further, with PEXPIREAT (about once per lease),
+  -- and a TTL that is longer already is kept (a process of the version before
+  -- the watermark lengthens them without moving it).
   local need = now + math.max(ticket, lease) + 1000
   local keep = nil
   if not (qmark and qmark >= need) then
     keep = need + lease
-    if not qmark then
-      for _, key in ipairs({KEYS[4], KEYS[5], KEYS[6]}) do
-        local ttl = redis.call('PTTL', key)
-        if ttl > 0 and now + ttl > keep then keep = now + ttl end
-      end
+    for _, key in ipairs({KEYS[4], KEYS[5], KEYS[6]}) do
+      local ttl = redis.call('PTTL', key)
+      if ttl > 0 and now + ttl > keep then keep = now + ttl end
     end
   end
   local fields = {}

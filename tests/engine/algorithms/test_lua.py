@@ -700,3 +700,26 @@ def test_a_queue_key_evicted_alone_gets_its_ttl_back_with_the_next_waiter(raw_re
     print(f"QUEUE KEY TTLS after {evicted} was evicted and a waiter queued: {ttls}")
     for name, pttl in ttls.items():
         assert pttl >= LONG * 1000 + 1000 - elapsed - 5, name
+
+
+def test_moving_the_queue_watermark_never_shortens_a_longer_ttl(raw_redis):
+    # A process of the version before the queue keys' watermark lengthens their
+    # TTLs without moving it: when a waiter then moves the watermark, a TTL
+    # longer than the new one stays.
+    sem = Semaphore("queue-mark", limit=1, timeout=SHORT)
+    keys = sem.partition()
+    client = connection.get_client()
+    names = [keys.queue, keys.queue_deadlines, keys.waiters]
+    assert sem.acquire() is not None
+    run(client, LUA.acquire(keys, 1, AcquireRequest("first", "{}", int(SHORT * 1000), ticket_ms=TICKET_MS)))
+    longer = TICKET_MS * 4
+    for name in names:
+        raw_redis.pexpire(name, longer)
+    raw_redis.hset(keys.waiters, "e", _server_ms(raw_redis))  # a watermark that has run out
+    started = time.monotonic()
+    run(client, LUA.acquire(keys, 1, AcquireRequest("second", "{}", int(SHORT * 1000), ticket_ms=TICKET_MS)))
+    elapsed = (time.monotonic() - started) * 1000
+    ttls = _pttls(raw_redis, names)
+    print(f"QUEUE KEY TTLS after the watermark moved over longer ones ({longer} ms): {ttls}")
+    for name, pttl in ttls.items():
+        assert pttl >= longer - elapsed - 5, name
