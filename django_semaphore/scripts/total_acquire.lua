@@ -28,8 +28,9 @@ local total = tonumber(ARGV[12])
 local part = string.match(id, '^([^/]+)/')
 local now, clock = server_ms()
 -- One read of the holds HASH: the fair counter, the permits held beyond one
--- per holder, the waiters flag, the TTL watermark, the partition's permits.
-local head = redis.call('HMGET', KEYS[3], '#', '+', 'w', 'e', 'c/' .. part)
+-- per holder, the waiters flag, the TTL watermark, the partition's permits,
+-- when a caller was last refused.
+local head = redis.call('HMGET', KEYS[3], '#', '+', 'w', 'e', 'c/' .. part, REFUSED_FIELD)
 local extra = tonumber(head[2] or '') or 0
 local held = tonumber(head[5] or '') or 0
 
@@ -164,7 +165,10 @@ if ticket == 0 or queue_full then
   ticket = 0
 end
 
-if head[1] then redis.call('HSET', KEYS[3], REFUSED_FIELD, now) end
+-- (At most once a REFUSED_EVERY, as in acquire.lua.)
+if head[1] and not (head[6] and now - tonumber(head[6]) < REFUSED_EVERY) then
+  redis.call('HSET', KEYS[3], REFUSED_FIELD, now)
+end
 out[3] = ahead
 out[6] = queue_full and 1 or 0
 out[7] = room and 1 or 0
