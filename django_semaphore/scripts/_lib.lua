@@ -224,23 +224,33 @@ end
 -- `watermark`: the "e" read (nil: the HASH was just (re)created, so the other
 -- keys' TTLs are not known: the new one is at least the longest of them).
 -- Returns the new watermark, or nil when the keys live long enough.
-local function next_watermark(now, expires, lease, watermark)
+-- `keys`: the keys it is for (default: the holder keys; the queue keys keep
+-- theirs the same way, see acquire.lua).
+local function next_watermark(now, expires, lease, watermark, keys)
   local need = expires + 1000
   if watermark and watermark >= need then return nil end
   local target = need + lease
   if watermark then return math.max(target, watermark) end
-  for _, key in ipairs({KEYS[1], KEYS[3], KEYS[7]}) do
+  for _, key in ipairs(keys or {KEYS[1], KEYS[3], KEYS[7]}) do
     local ttl = redis.call('PTTL', key)
     if ttl > 0 and now + ttl > target then target = now + ttl end
   end
   return target
 end
 
--- Give the holder keys the watermark `at` (after the HASH was written).
-local function keep_until(at)
-  redis.call('PEXPIREAT', KEYS[1], at)
-  redis.call('PEXPIREAT', KEYS[3], at)
-  redis.call('PEXPIREAT', KEYS[7], at)
+-- Give the holder keys (or `keys`) the watermark `at` (after the HASH that
+-- keeps it was written).
+local function keep_until(at, keys)
+  for _, key in ipairs(keys or {KEYS[1], KEYS[3], KEYS[7]}) do redis.call('PEXPIREAT', key, at) end
+end
+
+-- A refusal: the holds HASH (`exists`: it does; a write would create it
+-- without a TTL) says when, at most once a REFUSED_EVERY (`last`: its
+-- REFUSED_FIELD as read, false or nil: none).
+local function mark_refused(now, exists, last)
+  if exists and not (last and now - tonumber(last) < REFUSED_EVERY) then
+    redis.call('HSET', KEYS[3], REFUSED_FIELD, now)
+  end
 end
 
 -- The partition's state for hold(), read once per script: the holds HASH's

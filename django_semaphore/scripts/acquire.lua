@@ -234,11 +234,9 @@ if again then return again end
 
 -- Refused: releases record their hold times for a while, so that this
 -- caller's successors get a Retry-After from recent holds (see HOLD_FIRST).
--- (No "#": the HASH is gone, and a write would create it without a TTL.)
--- Written at most once a REFUSED_EVERY: the window ends that much early at most.
-if head[1] and not (head[6] and now - tonumber(head[6]) < REFUSED_EVERY) then
-  redis.call('HSET', KEYS[3], REFUSED_FIELD, now)
-end
+-- (No "#": the HASH is gone. Written at most once a REFUSED_EVERY: the
+-- window ends that much early at most.)
+mark_refused(now, head[1], head[6])
 
 local out = {0, 0, ahead, 0, '', 0}
 -- Free permits that waiters ahead are entitled to, with nobody taking them (a
@@ -263,16 +261,14 @@ if ticket > 0 then
   -- next_watermark), the waiters HASH's "e" says until when they live at
   -- least: a waiter queued before that writes no TTL; otherwise the three move
   -- to a watermark one lease further, with PEXPIREAT (about once per lease),
-  -- and a TTL that is longer already is kept (a process of the version before
+  -- and a TTL that is longer already is kept: a watermark that falls short is
+  -- not passed on, so their TTLs are read (a process of the version before
   -- the watermark lengthens them without moving it).
-  local need = now + math.max(ticket, lease) + 1000
+  local queue_keys = {KEYS[4], KEYS[5], KEYS[6]}
+  local expires = now + math.max(ticket, lease)
   local keep = nil
-  if not (qmark and qmark >= need) then
-    keep = need + lease
-    for _, key in ipairs({KEYS[4], KEYS[5], KEYS[6]}) do
-      local ttl = redis.call('PTTL', key)
-      if ttl > 0 and now + ttl > keep then keep = now + ttl end
-    end
+  if not (qmark and qmark >= expires + 1000) then
+    keep = next_watermark(now, expires, lease, nil, queue_keys)
   end
   local fields = {}
   if not member then
@@ -290,11 +286,7 @@ if ticket > 0 then
   end
   if #fields > 0 then redis.call('HSET', KEYS[6], unpack(fields)) end
   redis.call('ZADD', KEYS[5], now + ticket, member)
-  if keep then
-    redis.call('PEXPIREAT', KEYS[4], keep)
-    redis.call('PEXPIREAT', KEYS[5], keep)
-    redis.call('PEXPIREAT', KEYS[6], keep)
-  end
+  if keep then keep_until(keep, queue_keys) end
 end
 
 -- A queued caller's earliest ticket deadline: that read by purge_waiters, or

@@ -165,10 +165,7 @@ if ticket == 0 or queue_full then
   ticket = 0
 end
 
--- (At most once a REFUSED_EVERY, as in acquire.lua.)
-if head[1] and not (head[6] and now - tonumber(head[6]) < REFUSED_EVERY) then
-  redis.call('HSET', KEYS[3], REFUSED_FIELD, now)
-end
+mark_refused(now, head[1], head[6])
 out[3] = ahead
 out[6] = queue_full and 1 or 0
 out[7] = room and 1 or 0
