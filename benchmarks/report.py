@@ -29,11 +29,11 @@ def table(r, targets):
         _fmt(row["rate"], ",.0f"),
         f"{row['vs_floor']:.2f}",
     )
-    if "lua, no signal receivers" in cyc:
-        row = cyc["lua, no signal receivers"]
+    if "lua, metrics off" in cyc:
+        row = cyc["lua, metrics off"]
         add(
             "cycles/s lua",
-            "empty, metrics receivers off",
+            "empty, metrics off",
             _fmt(row["rate"], ",.0f"),
             f"{row['vs_floor']:.2f}",
         )

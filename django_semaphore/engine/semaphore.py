@@ -38,7 +38,7 @@ from ..backend.scripting import Call, Client, Flow, Operation, adrive, arun, dri
 from ..config import settings
 from ..config.validation import validate_entry
 from ..exceptions import RetryAfter, SemaphoreBackendError, SemaphoreFull
-from ..runtime import adaptive, adhoc, control, stats
+from ..runtime import adaptive, adhoc, control, stats, tally
 from ..runtime.control import Effective
 from . import discovery, handoff, inspection, recovery, waiting
 from .algorithms import ALGORITHMS, AcquireRequest, Algorithm, Granted, Outcome, algorithm_for
@@ -256,6 +256,8 @@ class Semaphore:
         self, config: SemaphoreConfig, key: str | None, retry_after: RetryAfter, waited: float
     ) -> tuple[None, RetryAfter]:
         stats.record_refusal(self.name)
+        if tally.counting:
+            tally.refused(self.name, self, waited)
         signals.refused.send(
             sender=type(self), semaphore=self, key=key, retry_after=retry_after, waited=waited, dry_run=False
         )
@@ -286,6 +288,8 @@ class Semaphore:
                     waited=waited,
                     dry_run=True,
                 )
+            if tally.counting:
+                tally.acquired(self.name, self, waited)
             signals.acquired.send(sender=type(self), semaphore=self, lease=lease, waited=waited)
             return lease, None
         # For "lua", retry_after_ms is already an estimate from recent hold
@@ -909,6 +913,8 @@ class Lease:
                 self._mark_lost()
             elif held and not retried:  # a hold that ended with its release: its length
                 stats.record_hold(self.semaphore.name, time.monotonic() - self._started)
+            if tally.counting:
+                tally.released(self.semaphore.name, self.semaphore)
             signals.released.send(
                 sender=type(self.semaphore), semaphore=self.semaphore, lease=self, held=held
             )

@@ -12,6 +12,8 @@
 * :mod:`.stats`: the admin's five-minute figures, flushed by it;
 * :mod:`.adhoc`: the record of ad-hoc semaphores, sent by it, for the admin and
   the commands;
+* :mod:`.tally`: this process's counts of grants, refusals, releases and waits,
+  which the Prometheus metrics report;
 * :mod:`.bursts`: logging once per burst of like events.
 
 Uses :mod:`django_semaphore.backend` and :mod:`django_semaphore.config`; knows no

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from django_semaphore import Semaphore, SemaphoreBackendError, SemaphoreFull, semaphores
 from django_semaphore.ops import metrics
 from django_semaphore.ops.metrics import track
+from django_semaphore.runtime import tally
 
 # This module is also the URLconf of its tests (pytest.mark.urls below).
 urlpatterns = [path("metrics/", include("django_semaphore.metrics.urls"))]
@@ -18,12 +19,16 @@ pytestmark = pytest.mark.urls(__name__)
 
 @pytest.fixture(autouse=True)
 def forget_ad_hoc_semaphores():
-    """Other tests use hundreds of ad-hoc names: start each test with none tracked."""
-    saved = dict(metrics._tracked)
+    """Other tests use hundreds of ad-hoc names: start each test with none tracked,
+    and none in the tally (whose names are labelled in the order they were first counted)."""
+    saved, counted = dict(metrics._tracked), dict(tally._counts)
     metrics._tracked.clear()
+    tally._counts.clear()
     yield
     metrics._tracked.clear()
     metrics._tracked.update(saved)
+    tally._counts.clear()
+    tally._counts.update(counted)
 
 
 def scrape(client, accept=None):
