@@ -41,24 +41,25 @@ MAX_NAMES = 1000
 counting = False
 
 
+class _Waits:
+    """The callers of one outcome (granted or refused): how many, per wait bucket, and their waits' sum."""
+
+    __slots__ = ("buckets", "count", "sum")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sum = 0.0
+        self.buckets = [0] * len(WAIT_BUCKETS)
+
+
 class _Counts:
-    __slots__ = (
-        "acquired",
-        "acquired_sum",
-        "acquired_waits",
-        "owner",
-        "refused",
-        "refused_sum",
-        "refused_waits",
-        "released",
-    )
+    __slots__ = ("acquired", "owner", "refused", "released")
 
     def __init__(self, owner: object) -> None:
         self.owner = owner
-        self.acquired = self.refused = self.released = 0
-        self.acquired_sum = self.refused_sum = 0.0
-        self.acquired_waits = [0] * len(WAIT_BUCKETS)
-        self.refused_waits = [0] * len(WAIT_BUCKETS)
+        self.acquired = _Waits()
+        self.refused = _Waits()
+        self.released = 0
 
 
 @dataclass(frozen=True)
@@ -109,22 +110,22 @@ def _row(name: str, owner: object) -> _Counts:
 
 def acquired(name: str, owner: object, waited: float) -> None:
     """Count a grant of semaphore ``name`` (``owner``: the semaphore) after ``waited`` seconds."""
-    bucket = bisect.bisect_left(WAIT_BUCKETS, waited)
-    with _lock:
-        counts = _row(name, owner)
-        counts.acquired += 1
-        counts.acquired_waits[bucket] += 1
-        counts.acquired_sum += waited
+    _count(name, owner, waited, refused=False)
 
 
 def refused(name: str, owner: object, waited: float) -> None:
     """Count a refusal of semaphore ``name`` after ``waited`` seconds (not a dry run's)."""
+    _count(name, owner, waited, refused=True)
+
+
+def _count(name: str, owner: object, waited: float, refused: bool) -> None:
     bucket = bisect.bisect_left(WAIT_BUCKETS, waited)
     with _lock:
         counts = _row(name, owner)
-        counts.refused += 1
-        counts.refused_waits[bucket] += 1
-        counts.refused_sum += waited
+        waits = counts.refused if refused else counts.acquired
+        waits.count += 1
+        waits.buckets[bucket] += 1
+        waits.sum += waited
 
 
 def released(name: str, owner: object) -> None:
@@ -140,13 +141,13 @@ def rows() -> list[Row]:
             Row(
                 name,
                 c.owner,
-                c.acquired,
-                c.refused,
+                c.acquired.count,
+                c.refused.count,
                 c.released,
-                tuple(c.acquired_waits),
-                c.acquired_sum,
-                tuple(c.refused_waits),
-                c.refused_sum,
+                tuple(c.acquired.buckets),
+                c.acquired.sum,
+                tuple(c.refused.buckets),
+                c.refused.sum,
             )
             for name, c in _counts.items()
         ]
