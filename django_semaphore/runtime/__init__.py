@@ -3,8 +3,6 @@
 * :mod:`.scheduler`: the background scheduler, one daemon thread per process
   that runs the periodic jobs (the control poll below, the engine's recovery
   retries);
-* :mod:`.forks`: fork safety, the one way: resets run in a forked child, and
-  the process identity a lease checks;
 * :mod:`.control`: runtime overrides of LIMIT and MODE kept in Redis, the
   per-process cache every acquire reads, and the poll (a scheduler job) that
   refreshes it;
@@ -16,6 +14,7 @@
   which the Prometheus metrics report;
 * :mod:`.bursts`: logging once per burst of like events.
 
-Uses :mod:`django_semaphore.backend` and :mod:`django_semaphore.config`; knows no
+Uses :mod:`django_semaphore.backend` (its :mod:`~django_semaphore.backend.forks`
+resets this layer's state in a forked child) and :mod:`django_semaphore.config`; knows no
 Semaphore or Lease (the engine asks it for the limit in force and reports to it).
 """
