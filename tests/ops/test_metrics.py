@@ -287,3 +287,19 @@ def test_an_ad_hoc_total_semaphore_is_reported_too(client, configured):
     assert value(samples, "django_semaphore_holders", semaphore="ad-hoc-total") == 2
     assert value(samples, "django_semaphore_partition_holders_max", semaphore="ad-hoc-total") == 1
     assert value(samples, "django_semaphore_partitions", semaphore="ad-hoc-total") == 2
+
+
+def test_names_sharing_the_other_label_are_added_up(client, configured, monkeypatch):
+    monkeypatch.setattr(metrics, "MAX_AD_HOC", 1)
+    names = [Semaphore(f"shared-{n}", limit=1, timeout=5) for n in range(3)]
+    before = scrape(client)
+    for sem in names:
+        sem.acquire().release()
+    samples = scrape(client)
+    assert delta(before, samples, "django_semaphore_acquisitions_total", semaphore="shared-0") == 1
+    assert delta(before, samples, "django_semaphore_acquisitions_total", semaphore="_other") == 2
+    assert delta(before, samples, "django_semaphore_releases_total", semaphore="_other") == 2
+    count = "django_semaphore_wait_seconds_count"
+    assert delta(before, samples, count, semaphore="_other", outcome="acquired") == 2
+    inf = "django_semaphore_wait_seconds_bucket"
+    assert delta(before, samples, inf, semaphore="_other", outcome="acquired", le="+Inf") == 2

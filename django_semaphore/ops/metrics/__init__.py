@@ -70,7 +70,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
 
 try:
@@ -331,47 +332,24 @@ class SemaphoreCollector(Collector):
         return families
 
 
-class _Sum:
-    """The tally's rows of one label, added up."""
-
-    __slots__ = (
-        "acquired",
-        "acquired_sum",
-        "acquired_waits",
-        "refused",
-        "refused_sum",
-        "refused_waits",
-        "released",
-    )
-
-    def __init__(self) -> None:
-        self.acquired = self.refused = self.released = 0
-        self.acquired_sum = self.refused_sum = 0.0
-        self.acquired_waits = [0] * len(WAIT_BUCKETS)
-        self.refused_waits = [0] * len(WAIT_BUCKETS)
-
-    def add(self, row: tally.Row) -> None:
-        self.acquired += row.acquired
-        self.refused += row.refused
-        self.released += row.released
-        self.acquired_sum += row.acquired_sum
-        self.refused_sum += row.refused_sum
-        for i, (a, r) in enumerate(zip(row.acquired_waits, row.refused_waits, strict=True)):
-            self.acquired_waits[i] += a
-            self.refused_waits[i] += r
-
-
-def _tally_by_label() -> dict[str, _Sum]:
-    """This process's tally, by ``semaphore`` label (names beyond the bounds: OTHER)."""
-    sums: dict[str, _Sum] = {}
+def _tally_by_label() -> dict[str, list[tally.Row]]:
+    """This process's tally rows, by ``semaphore`` label (names beyond the bounds: OTHER,
+    which several rows may share)."""
+    rows: dict[str, list[tally.Row]] = {}
     for row in tally.rows():
         label = OTHER if row.owner is None else _label(cast("Semaphore", row.owner))
-        sums.setdefault(label, _Sum()).add(row)
-    return sums
+        rows.setdefault(label, []).append(row)
+    return rows
+
+
+def _waits(rows: list[tally.Row], waits: Callable[[tally.Row], tuple[int, ...]]) -> list[tuple[str, float]]:
+    """The histogram buckets of ``rows`` added up, cumulative as Prometheus counts them."""
+    return _cumulative([sum(counts) for counts in zip(*map(waits, rows), strict=True)])
 
 
 def _cumulative(counts: list[int]) -> list[tuple[str, float]]:
-    total, buckets = 0, []  # type: tuple[float, list[tuple[str, float]]]
+    total = 0
+    buckets: list[tuple[str, float]] = []
     for bound, n in zip(WAIT_BUCKETS, counts, strict=True):
         total += n
         buckets.append((floatToGoString(bound), total))  # type: ignore[no-untyped-call]
@@ -389,18 +367,21 @@ class TallyCollector(Collector):
         return self._families(_tally_by_label())
 
     @staticmethod
-    def _families(sums: dict[str, _Sum]) -> list[Metric]:
+    def _families(by_label: dict[str, list[tally.Row]]) -> list[Metric]:
         acquisitions = CounterMetricFamily(*_ACQUISITIONS, labels=["semaphore"])
         refusals = CounterMetricFamily(*_REFUSALS, labels=["semaphore"])
         releases = CounterMetricFamily(*_RELEASES, labels=["semaphore"])
         wait = HistogramMetricFamily(*_WAIT, labels=["semaphore", "outcome"])
-        for label, counted in sums.items():
-            acquisitions.add_metric([label], counted.acquired)
-            refusals.add_metric([label], counted.refused)
-            releases.add_metric([label], counted.released)
-            wait.add_metric([label, "acquired"], _cumulative(counted.acquired_waits), counted.acquired_sum)
-            if counted.refused:  # as a labelled histogram would: a series once observed
-                wait.add_metric([label, "refused"], _cumulative(counted.refused_waits), counted.refused_sum)
+        for label, rows in by_label.items():
+            acquisitions.add_metric([label], sum(row.acquired for row in rows))
+            refused = sum(row.refused for row in rows)
+            refusals.add_metric([label], refused)
+            releases.add_metric([label], sum(row.released for row in rows))
+            acquired_sum = sum(row.acquired_sum for row in rows)
+            wait.add_metric([label, "acquired"], _waits(rows, attrgetter("acquired_waits")), acquired_sum)
+            if refused:  # as a labelled histogram would: a series once observed
+                refused_sum = sum(row.refused_sum for row in rows)
+                wait.add_metric([label, "refused"], _waits(rows, attrgetter("refused_waits")), refused_sum)
         return [acquisitions, refusals, releases, wait]
 
 
