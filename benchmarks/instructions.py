@@ -131,12 +131,15 @@ def _symbolled_server():
     except ImportError:
         pass
     for binary in candidates:
-        if not binary:
-            continue
-        kind = subprocess.run(["file", "-L", binary], capture_output=True, text=True).stdout
-        if "not stripped" in kind:
+        if binary and _has_symbols(binary):
             return binary
     return None
+
+
+def _has_symbols(binary):
+    """Whether an ELF binary keeps its symbol table (``.symtab``), which ``strip`` removes."""
+    with open(binary, "rb") as f:
+        return b".symtab\x00" in f.read()
 
 
 def _per_cycle(count):
