@@ -10,8 +10,10 @@
 -- KEYS[8] (a waiter: ticket ms > 0): the caller's own wake-up list.
 -- Returns {1, token, acquired_ms, expires_ms, over limit (1: a dry run admitted
 -- a caller enforcing would have refused; 0), slots "3,5" ('' without SLOTS),
--- quiet (1: granted by the common case while nobody waited and no hold time
--- was wanted, so that its release may be plain commands; absent otherwise)}, or when refused
+-- and, granted by the common case only (absent otherwise): quiet (1: nobody
+-- waited and no hold time was wanted, so that its release may be plain
+-- commands; 0), full (1: no permit is left free after this grant; 0)}, or
+-- when refused
 -- {0, estimate ms, waiters ahead, recheck ms, ticket number or '', queue full
 -- (1: refused because max waiters wait; 0), [wake TTL ms, id, ...]}:
 -- the estimated wait (for Retry-After); when a waiter should look again at
@@ -39,13 +41,13 @@ local watermark = tonumber(head[4] or '')
 -- Grant the permits to this caller, whose timeouts entry (expiring at
 -- `expires`) is written; `fresh`: the timeouts ZSET was empty before it (so
 -- it was just created, without a TTL).
-local function grant(expires, fresh, over, quiet, members)
+local function grant(expires, fresh, over, quiet, members, full)
   local st = {
     counter = head[1], extra = extra, watermark = watermark, fresh = fresh,
     now = now, clock = clock, numbered = numbered, members = members,
   }
   local token, taken = hold(st, id, permits, expires, lease, ARGV[4])
-  return {1, token, now, expires, over, taken, quiet}
+  return {1, token, now, expires, over, taken, quiet, full}
 end
 
 -- The common case: the HASH is whole, nobody waits, the permits are free.
@@ -77,7 +79,8 @@ if head[1] and not head[3] then
     -- written only while it exists) nor the "+" count (only a script lowers it).
     local quiet = hold_count(head[5]) >= HOLD_FIRST and permits <= MEMBERS_MAX and not numbered
       and not (head[6] and now - tonumber(head[6]) < SAMPLE_MS)
-    return grant(now + lease, holders == 0, 0, quiet and 1 or 0, members)
+    local full = limit - holders - extra - permits < 1
+    return grant(now + lease, holders == 0, 0, quiet and 1 or 0, members, full and 1 or 0)
   end
 end
 

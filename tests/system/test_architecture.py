@@ -420,6 +420,7 @@ RENAMED = {"__init__.py": "test_api.py"}  # the package's own __init__: its publ
 ALSO = {
     "engine/test_lease.py": "engine/semaphore.py",  # Lease shares a module with Semaphore
     "engine/algorithms/test_quiet_release.py": "engine/algorithms/lua.py",  # one "lua" release of two
+    "engine/algorithms/test_fast_acquire.py": "engine/algorithms/lua.py",  # one "lua" acquire of two
     "engine/algorithms/test_weighted_model.py": "engine/algorithms/lua.py",  # its weighted holders
 }
 #: Scenario tests that exercise many modules together: they name no one module.

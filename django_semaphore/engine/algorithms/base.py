@@ -47,6 +47,8 @@ class Granted:
     #: (see :meth:`Lua.release <.lua.Lua.release>`), of at most 8 permits and
     #: no slot numbers: its release is plain commands, not a script.
     quiet: bool = False
+    #: "lua", granted by the common case: no permit was left free after it.
+    full: bool = False
 
 
 @dataclass(slots=True)

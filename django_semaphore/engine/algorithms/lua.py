@@ -12,6 +12,13 @@ the holder's release passes their lists, so a release that serves one pushes
 its grant itself.  A waiter's grant is a
 claim lease of half a second, which its first refresh turns into its own.
 
+An acquire pays only for the common case when that is all it needs: where
+this process's last acquire of the partition was granted by the common case
+(room, nobody waiting) with a permit left free, it runs ``acquire_fast.lua``
+(:func:`fast_acquire`), the common case alone with the two keys and four
+arguments it uses, which writes nothing and says so when anything is unusual;
+``acquire.lua`` then decides, in a second round trip.
+
 A release pays for a script only when it has something to decide: a lease
 the common case granted while nobody waited and no hold time was wanted
 (:attr:`~.base.Granted.quiet`), without slot numbers, is given back with plain
@@ -32,6 +39,7 @@ from ...backend.scripting import LuaScript, Operation, Pipe, Script
 from .base import AcquireRequest, Granted, Outcome, Refused, as_int, as_str, parse_slots
 
 ACQUIRE = LuaScript("acquire")
+FAST_ACQUIRE = LuaScript("acquire_fast")
 RELEASE = LuaScript("release")
 REFRESH = LuaScript("refresh")
 ABANDON = LuaScript("abandon")
@@ -47,6 +55,17 @@ class Lua:
     queues = True
     schedules = True
 
+    def __init__(self) -> None:
+        # The partitions (by timeouts key) whose last acquire here was granted
+        # by the common case and left a permit free: the next one tries
+        # acquire_fast.lua first.  Any other outcome takes a partition off, so
+        # that its acquires go straight to acquire.lua, not through a round
+        # trip that would only say the common case does not hold (callers
+        # wait, the permits are taken); a partition seen for the first time
+        # goes there too (its HASH may be gone: acquire_fast.lua would say
+        # so).  Bounded: forgotten all at once.
+        self._fast: dict[str, None] = {}
+
     def acquire(
         self, keys: PartitionKeys, limit: int, request: AcquireRequest, ticket: str = ""
     ) -> Operation[Outcome]:
@@ -57,6 +76,14 @@ class Lua:
         over-limit marker in the same reply (one round trip, as always).
         ``slots``: give the holder slot numbers (SLOTS); without them the slot
         bitmap is never touched."""
+        timeouts = keys.main[0]
+        fast = self._fast
+        if timeouts in fast and not ticket and not request.slots and request.permits <= MEMBERS_MAX:
+            granted = yield from fast_acquire(keys, limit, request)
+            if granted is not None:
+                if granted.full:
+                    fast.pop(timeouts, None)
+                return granted
         script_keys, args = acquire_call(keys, limit, request, ticket)
         max_waiters = request.max_waiters
         # Up to the last one that differs from the script's default: each
@@ -71,10 +98,17 @@ class Lua:
         while used and options[used - 1] == _DEFAULTS[used - 1]:
             used -= 1
         reply = yield Script(ACQUIRE, script_keys, args + options[:used])
+        common = reply[0] == 1 and len(reply) > 6  # granted by the common case
+        if common and reply[7] == 0:  # a permit is left free
+            if len(fast) >= FAST_MAX:
+                fast.clear()
+            fast[timeouts] = None
+        else:
+            fast.pop(timeouts, None)
         if reply[0] == 1:
             numbers = parse_slots(reply[5]) if request.slots else ()
             granted = Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, numbers, request.permits)
-            granted.quiet = len(reply) > 6 and reply[6] == 1
+            granted.quiet = common and reply[6] == 1
             return granted
         yield from wake(keys, reply, 6)
         return Refused(reply[1], reply[2], reply[3], as_str(reply[4]), reply[5] == 1)
@@ -122,6 +156,12 @@ class Lua:
         return ""
 
 
+#: A holder of up to this many permits keeps them as timeouts members (as
+#: _lib.lua's MEMBERS_MAX): the most acquire_fast.lua grants.
+MEMBERS_MAX = 8
+#: The most partitions :attr:`Lua._fast` remembers.
+FAST_MAX = 1024
+
 #: The values acquire.lua takes for its last four arguments when they are left out.
 _DEFAULTS: tuple[object, ...] = (1, 0, "", "")
 
@@ -143,6 +183,25 @@ def acquire_call(
         "1" if request.dry_run else "",
     )
     return script_keys, args
+
+
+def fast_acquire(keys: PartitionKeys, limit: int, request: AcquireRequest) -> Operation[Granted | None]:
+    """The common case's grant (acquire_fast.lua), or None when it does not hold:
+    the caller then runs acquire.lua.  For a request of at most
+    :data:`MEMBERS_MAX` permits, without slot numbers or a ticket."""
+    main = keys.main
+    args: tuple[Any, ...] = (limit, request.timeout_ms, request.identifier, request.meta_json)
+    if request.permits > 1:
+        args += (request.permits,)
+    reply = yield Script(FAST_ACQUIRE, (main[0], main[2]), args)
+    if not reply:
+        return None
+    token, acquired, quiet, full = as_str(reply).split(":")
+    acquired_ms = int(acquired)
+    granted = Granted(int(token), acquired_ms, acquired_ms + request.timeout_ms, False, (), request.permits)
+    granted.quiet = quiet == "1"
+    granted.full = full == "1"
+    return granted
 
 
 def quiet_release(keys: PartitionKeys, limit: int, identifier: str, granted: Granted) -> Operation[bool]:

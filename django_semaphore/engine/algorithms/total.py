@@ -52,6 +52,7 @@ class TotalLua(Lua):
     """ "lua" with TOTAL: ``total_of()`` gives the TOTAL in force at each call."""
 
     def __init__(self, total_of: Callable[[], int]) -> None:
+        super().__init__()
         self.total_of = total_of
 
     def acquire(

@@ -171,6 +171,26 @@ def test_a_quiet_release_of_an_expired_lease_says_false(raw_redis):
     assert raw_redis.hexists(sem.partition().holds, lease.identifier) == 0
 
 
+def test_a_refreshed_quiet_lease_is_live_until_its_new_expiry(raw_redis):
+    """The quiet release judges liveness by the expiry the holder was told last:
+    its refresh's, not its grant's."""
+    sem = Semaphore("quiet-refreshed", limit=2, timeout=2)
+    _warm(sem)
+    lease = sem.acquire()
+    assert lease is not None and lease._granted.quiet
+    granted_until = lease.expires_ms
+
+    def server_ms():
+        seconds, micros = raw_redis.time()
+        return seconds * 1000 + micros // 1000
+
+    wait_until(lambda: server_ms() > lease.acquired_ms + 1000, 5, message="half the lease gone")
+    assert lease.refresh() is True and lease.expires_ms > granted_until
+    wait_until(lambda: server_ms() > granted_until, 5, message="the grant's expiry passed")
+    assert lease.release() is True
+    assert lease.lost is False
+
+
 @pytest.mark.parametrize("twin", ["sync", "async"])
 def test_a_quiet_release_serves_the_waiters_that_queued_meanwhile(monkeypatch, raw_redis, twin):
     sem = Semaphore(f"quiet-serves-{twin}", limit=1, timeout=30)
