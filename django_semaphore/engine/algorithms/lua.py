@@ -73,9 +73,11 @@ class Lua:
         queues the caller (a waiter) by ``priority`` then arrival, ``ticket`` is its
         ticket number from an earlier refusal, ``max_waiters`` refuses it at once
         instead when that many wait.  ``dry_run`` admits over the limit, with the
-        over-limit marker in the same reply (one round trip, as always).
+        over-limit marker in the same reply (no round trip of its own).
         ``slots``: give the holder slot numbers (SLOTS); without them the slot
-        bitmap is never touched."""
+        bitmap is never touched.  A partition in :attr:`_fast` tries
+        :func:`fast_acquire` first, and runs acquire.lua only if that says the
+        common case does not hold."""
         timeouts = keys.main[0]
         fast = self._fast
         if timeouts in fast and not ticket and not request.slots and request.permits <= MEMBERS_MAX:
