@@ -43,6 +43,9 @@ if free < 0 then return false end
 local id = ARGV[3]
 local record = token .. ':' .. now_ms .. ':' .. ARGV[4]
 if permits > 1 then
+  -- (The client sends no more than MEMBERS_MAX; held here too, so that the
+  -- two never disagree on which holders are members.)
+  if permits > MEMBERS_MAX then return false end
   local n = redis.call('ZADD', KEYS[1], 'NX', score, id, members_from(2, id, permits, '+inf'))
   if n ~= permits then
     -- As acquire.lua's common case: members left by a holder of this name

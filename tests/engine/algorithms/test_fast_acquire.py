@@ -20,7 +20,7 @@ from django_semaphore import Semaphore
 from django_semaphore.backend import connection, scripting
 from django_semaphore.backend.scripting import Script
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest
-from django_semaphore.engine.algorithms.lua import FAST_ACQUIRE, fast_acquire
+from django_semaphore.engine.algorithms.lua import FAST_ACQUIRE, MEMBERS_MAX, fast_acquire
 
 LUA = ALGORITHMS["lua"]
 
@@ -229,3 +229,8 @@ def test_requests_the_common_case_cannot_serve_go_to_acquire_lua(backend, monkey
     assert ran == ["acquire", "acquire"]
     numbered.release()
     heavy.release()
+
+
+def test_the_client_and_the_scripts_agree_on_the_most_permits_kept_as_members():
+    assert f"local MEMBERS_MAX = {MEMBERS_MAX}\n" in FAST_ACQUIRE.source
+    assert "if permits > MEMBERS_MAX then return false end" in FAST_ACQUIRE.source
