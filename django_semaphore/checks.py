@@ -5,7 +5,7 @@
 | E001 | SEMAPHORES is not a dict |
 | E002 | an entry is not a dict, or its name is not a non-empty string |
 | E003 | LIMIT missing or not an int from 1 to 1,000,000 (MAX_LIMIT) |
-| E004 | TIMEOUT not a positive number |
+| E004 | TIMEOUT not a number above 0 and at most 31,536,000 (365 days) |
 | E005 | WAIT not a number >= 0 |
 | E006 | KEY not None, "ip", "user", "header:<Name>", a callable or a dotted path |
 | E007 | KEY's dotted path cannot be imported or is not callable |
@@ -22,7 +22,7 @@
 | E018 | MODE not "enforce", "dry_run" or "off" |
 | E019 | SEMAPHORE_ENABLED not a bool |
 | E020 | PERMITS not an int from 1 to LIMIT (and at most TOTAL), a callable or a dotted path to one |
-| E021 | PRIORITY not an int, a callable or a dotted path to one |
+| E021 | PRIORITY not an int of absolute value below 2**53, a callable or a dotted path to one |
 | E022 | MAX_WAITERS not None or an int >= 0 |
 | E023 | PERMITS, PRIORITY, MAX_WAITERS, ADAPTIVE, SLOTS or TOTAL with an ALGORITHM other than "lua" |
 | E024 | ADAPTIVE not None or a dict; unknown keys; MIN/MAX not ints; bad INTERVAL, TOLERANCE, MIN_SAMPLES |

@@ -64,6 +64,14 @@ MAX_PREFIX_LENGTH = 64
 #: Far above any real concurrency, and far below where Redis's numbers (doubles in
 #: Lua, 64-bit ints in ZSET scores and JSON) would round or overflow.
 MAX_LIMIT = 1_000_000
+#: The longest TIMEOUT, in seconds: 365 days.  A lease is meant to end: work that
+#: runs longer refreshes a shorter one (AUTO_REFRESH, ``lease.refresh()``).
+#: Beyond about 10**12 s the server's expiry times overflow what Redis takes
+#: (a TIMEOUT of 10**15 s, or an infinite one, failed every acquire).
+MAX_TIMEOUT = 365 * 24 * 3600
+#: |PRIORITY| must stay below this: the scripts order waiters by priority in
+#: Lua's numbers (doubles), exact up to 2**53.
+MAX_PRIORITY = 2**53
 #: The optional keys of an ADAPTIVE dict and their defaults (MIN and MAX are required).
 ADAPTIVE_DEFAULTS: dict[str, Any] = {
     "INTERVAL": 1.0,
@@ -259,14 +267,17 @@ def validate_limit(entry: str, value: object) -> Checked[int | None]:
 
 
 def validate_timeout(entry: str, value: Any) -> Checked[float]:
-    """E004: TIMEOUT, a positive number of seconds (NaN is not)."""
-    if _is_number(value) and value > 0 and value == value:
+    """E004: TIMEOUT, a number of seconds above 0 and at most :data:`MAX_TIMEOUT`
+    (NaN and infinity are not)."""
+    if _is_number(value) and 0 < value <= MAX_TIMEOUT:
         return value, []
     return 0, [
         Problem(
             "django_semaphore.E004",
-            f"{entry}['TIMEOUT'] is {value!r}; it must be a positive number of seconds.",
-            "Set TIMEOUT to the lease length in seconds (default 60).",
+            f"{entry}['TIMEOUT'] is {value!r}; it must be a number of seconds above 0 "
+            f"and at most {MAX_TIMEOUT:,} (365 days).",
+            "Set TIMEOUT to the lease length in seconds (default 60); work that runs longer "
+            "keeps a shorter lease and refreshes it (AUTO_REFRESH, lease.refresh()).",
         )
     ]
 
@@ -525,10 +536,28 @@ def resolve_per_request(name: object, option: str, value: object) -> Checked[Per
 
 
 def validate_priority(entry: str, value: object) -> Checked[PerRequest]:
-    """E021: PRIORITY, an int, or a callable / dotted path (request) -> int."""
+    """E021: PRIORITY, an int whose absolute value is below :data:`MAX_PRIORITY`,
+    or a callable / dotted path (request) -> int."""
     hint = "Set PRIORITY to an int (higher is served first), or a callable (request) -> int."
     resolved, problems = _per_request("django_semaphore.E021", entry, "PRIORITY", value, hint)
+    if isinstance(resolved, int) and not priority_in_range(resolved):
+        return 0, [
+            Problem(
+                "django_semaphore.E021",
+                f"{entry}['PRIORITY'] is {resolved!r}; {PRIORITY_RANGE}.",
+                "Set PRIORITY to a small int such as 10 (higher is served first).",
+            )
+        ]
     return (0 if resolved is None else resolved), problems
+
+
+#: What a priority must be, for the messages that refuse one.
+PRIORITY_RANGE = f"it must be an int from {1 - MAX_PRIORITY:,} to {MAX_PRIORITY - 1:,}"
+
+
+def priority_in_range(priority: int) -> bool:
+    """Whether an int ``priority`` is one the scripts order exactly (below :data:`MAX_PRIORITY`)."""
+    return -MAX_PRIORITY < priority < MAX_PRIORITY
 
 
 def validate_max_waiters(entry: str, value: object) -> Checked[int | None]:

@@ -38,6 +38,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from ..config.validation import PRIORITY_RANGE, priority_in_range
 from ..exceptions import SemaphoreBackendError, SemaphoreFull
 from . import watchdog
 from .cancellation import run_to_completion
@@ -188,8 +189,8 @@ class FunctionGuard:
             raise ValueError(f"refresh must be True, False or None, not {refresh!r}.")
         if type(permits) is not int or permits < 1:
             raise ValueError(f"permits must be an int >= 1, not {permits!r}.")
-        if type(priority) is not int:
-            raise ValueError(f"priority must be an int, not {priority!r}.")
+        if type(priority) is not int or not priority_in_range(priority):
+            raise ValueError(f"priority is {priority!r}; {PRIORITY_RANGE}.")
         self.permits = permits
         self.priority = priority
         self.semaphore = semaphore

@@ -36,7 +36,7 @@ from ..backend import connection, forks
 from ..backend.keys import PartitionKeys
 from ..backend.scripting import Call, Client, Flow, Operation, adrive, arun, drive, run
 from ..config import settings
-from ..config.validation import validate_entry
+from ..config.validation import PRIORITY_RANGE, priority_in_range, validate_entry
 from ..exceptions import RetryAfter, SemaphoreBackendError, SemaphoreFull
 from ..runtime import adaptive, adhoc, control, stats, tally
 from ..runtime.control import Effective
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from ..config.validation import SemaphoreConfig
 
 META_KEY_LENGTH = 64  # how much of a partition value is copied into meta
-MAX_PRIORITY = 2**53  # |priority| below this: exact in the scripts' numbers
 PAUSED_RETRY_MS = 5000  # Retry-After of a caller refused because the limit in force is 0
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -207,8 +206,8 @@ class Semaphore:
         while paused) and ``priority`` an int, and the algorithm takes them."""
         if type(permits) is not int:
             raise ValueError(f"permits must be an int from 1 to LIMIT, not {permits!r}.")
-        if type(priority) is not int or not -MAX_PRIORITY < priority < MAX_PRIORITY:
-            raise ValueError(f"priority must be an int (higher is served first), not {priority!r}.")
+        if type(priority) is not int or not priority_in_range(priority):
+            raise ValueError(f"priority is {priority!r}; {PRIORITY_RANGE} (higher is served first).")
         if (permits != 1 or priority != 0) and not algorithm_for(config).schedules:
             raise ValueError(
                 f"Semaphore {config.name!r} uses ALGORITHM {config.algorithm!r}, which takes one "

@@ -204,6 +204,10 @@ def test_bad_options_are_refused(crawler):
         crawler.guard(wait=-1)
     with pytest.raises(ValueError, match="refresh"):
         crawler.guard(refresh="yes")
+    # An int the scripts could not order exactly: refused here, not at every call.
+    for priority in (2**53, -(2**53), 10**400):
+        with pytest.raises(ValueError, match="9,007,199,254,740,991"):
+            crawler.guard(priority=priority)
 
 
 def test_semaphore_in_a_template_is_not_called(crawler):

@@ -1,12 +1,15 @@
 """Semaphore (django_semaphore.core): the limit, hold and ahold, configured and ad-hoc
 semaphores, and the asyncio twin of every method that talks to Redis."""
 
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from django_semaphore import Semaphore, SemaphoreFull, semaphores
+from django_semaphore.backend import connection
+from django_semaphore.config.validation import MAX_TIMEOUT
 from django_semaphore.engine.semaphore import Lease
 from tests.support.helpers import HOSTILE_LIMITS, until, wait_until
 
@@ -122,6 +125,52 @@ def test_an_ad_hoc_limit_of_a_million_works():
     assert lease is not None and sem.available() == 10**6 - 3
     assert lease.release() is True and sem.available() == 10**6
     assert Semaphore("wide", limit=10**6, adaptive={"MIN": 1, "MAX": 10**6}).effective().limit == 10**6
+
+
+@pytest.mark.parametrize("timeout", [math.inf, 1e300, 10**15, MAX_TIMEOUT + 0.001, -math.inf, math.nan, 0])
+def test_an_ad_hoc_timeout_outside_its_range_is_a_value_error(timeout):
+    # An infinite TIMEOUT used to be taken, and then every acquire failed with an
+    # OverflowError (a 500 in a view); 10**15 s with Redis's "out of range" (a 503).
+    with pytest.raises(ValueError, match="365 days"):
+        Semaphore("bad", limit=1, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "options"),
+    [(algorithm, {}) for algorithm in ALGORITHMS]
+    + [(algorithm, {"key": "alice"}) for algorithm in ALGORITHMS]
+    + [("lua", {"permits": 2})],  # (permits belong to "lua")
+    ids=lambda value: value if isinstance(value, str) else ",".join(value) or "plain",
+)
+def test_the_longest_timeout_gives_leases_of_a_year(algorithm, options):
+    sem = Semaphore(f"year-{algorithm}", limit=4, timeout=MAX_TIMEOUT, algorithm=algorithm)
+    # The first acquire of a partition and the next (lua: the common case's own script).
+    leases = [sem.acquire(**options), sem.acquire(**options)]
+    for lease in leases:
+        assert lease is not None
+        assert lease.expires_ms - lease.acquired_ms == MAX_TIMEOUT * 1000
+        assert lease.refresh() is True
+    timeouts = sem.partition(options.get("key")).main[0]
+    assert connection.get_client().pttl(timeouts) > MAX_TIMEOUT * 1000  # the keys outlive the leases
+    assert [h.identifier for h in sem.holders(options.get("key"))] == [lease.identifier for lease in leases]
+    for lease in leases:
+        assert lease.release() is True
+    assert sem.available(options.get("key")) == 4
+
+
+def test_the_longest_timeout_works_with_a_total_and_waiters():
+    sem = Semaphore("year-total", limit=1, timeout=MAX_TIMEOUT, total=2)
+    held = sem.acquire(key="alice")
+    assert held is not None and held.expires_ms - held.acquired_ms == MAX_TIMEOUT * 1000
+    with ThreadPoolExecutor(1) as pool:
+        waiter = pool.submit(sem.acquire, key="alice", wait=10)
+        wait_until(lambda: len(sem.waiters(key="alice")) == 1)
+        assert held.release() is True
+        lease = waiter.result(timeout=10)
+    # (Granted by the release: its claim became a lease of a year at its first refresh.)
+    assert lease is not None
+    assert MAX_TIMEOUT * 1000 <= lease.expires_ms - lease.acquired_ms < MAX_TIMEOUT * 1000 + 5000
+    assert lease.release() is True
 
 
 # -- asyncio ------------------------------------------------------------------
@@ -275,6 +324,8 @@ def test_permits_outside_one_to_limit_raise_value_error(permits):
         sem.acquire(permits=permits)
     with pytest.raises(ValueError, match="priority"):
         sem.acquire(priority="high")
+    with pytest.raises(ValueError, match="9,007,199,254,740,991"):
+        sem.acquire(priority=2**53)
     assert sem.holders() == []
 
 
