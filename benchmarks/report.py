@@ -322,6 +322,15 @@ def _instruction_rows(ins, add):
             f"+{above['seed']:,.0f} / +{above['ours']:,.0f}",
             f"ours {ins[f'{side}_vs_seed']:.2f} x seed above the PING pair",
         )
+    for side, _ in sides:
+        counts = ins[side]
+        if "handover" in counts:
+            add(
+                "instructions/hand-over",
+                f"{side}: one FIFO hand-over, LIMIT 1, 15 waiters (release, claim, queue again)",
+                f"{counts['handover']:,.0f}",
+                f"{counts['handover'] / counts['ours']:.2f} x our cycle",
+            )
 
 
 def _instruction_goals(ins):
