@@ -69,8 +69,8 @@ MAX_LIMIT = 1_000_000
 #: Beyond about 10**12 s the server's expiry times overflow what Redis takes
 #: (a TIMEOUT of 10**15 s, or an infinite one, failed every acquire).
 MAX_TIMEOUT = 365 * 24 * 3600
-#: |PRIORITY| must stay below this: the scripts order waiters by priority in
-#: Lua's numbers (doubles), exact up to 2**53.
+#: A PRIORITY's absolute value must stay below this: the scripts order
+#: waiters by priority in Lua's numbers (doubles), exact up to 2**53.
 MAX_PRIORITY = 2**53
 #: The optional keys of an ADAPTIVE dict and their defaults (MIN and MAX are required).
 ADAPTIVE_DEFAULTS: dict[str, Any] = {
