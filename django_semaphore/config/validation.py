@@ -66,8 +66,8 @@ MAX_PREFIX_LENGTH = 64
 MAX_LIMIT = 1_000_000
 #: The longest TIMEOUT, in seconds: 365 days.  A lease is meant to end: work that
 #: runs longer refreshes a shorter one (AUTO_REFRESH, ``lease.refresh()``).
-#: Beyond about 10**12 s the server's expiry times overflow what Redis takes
-#: (a TIMEOUT of 10**15 s, or an infinite one, failed every acquire).
+#: Far above it the expiry times outgrow what Redis takes: a TIMEOUT of
+#: 10**15 s, or an infinite one, failed every acquire (10**13 s still worked).
 MAX_TIMEOUT = 365 * 24 * 3600
 #: A PRIORITY's absolute value must stay below this: the scripts order
 #: waiters by priority in Lua's numbers (doubles), exact up to 2**53.
