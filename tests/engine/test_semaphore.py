@@ -588,7 +588,10 @@ async def _acquire_scenario(twin, algorithm, monkeypatch):
                 retry_after >= 1,
                 "waited" if waited >= 0.29 else "at once",
             )
-        return ("granted", lease.permits, lease.over_limit, lease.waited >= 0.05)
+        # Waited: granted by the release 0.2 s after the call began. A grant at once
+        # stays well below 0.15 s even on a loaded cluster (0.05 did not: a dry run of
+        # fair_locked on the cluster once took that long in CI).
+        return ("granted", lease.permits, lease.over_limit, lease.waited >= 0.15)
 
     log = []
     started = time.monotonic()
