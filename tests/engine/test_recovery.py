@@ -455,13 +455,16 @@ async def _give_back_scenario(twin, monkeypatch):
         assert run(client, lua.acquire(keys, 1, AcquireRequest(identifier, "{}", 30000))).token
         table._acquires[identifier] = recovery.Entry(config, keys, identifier)
 
+    # Bounds with room for a loaded machine: what is judged is waiting for the
+    # thread (IN_FLIGHT_WAIT, 0.5 s) or not, and never hanging past it.
+    half = recovery.IN_FLIGHT_WAIT / 2
     log = []
     answer, took = await give_back(table.freed_mark())
-    log.append(("nothing remembered", answer, took < 0.1))
+    log.append(("nothing remembered", answer, took < half))
 
     ghost("ghost")
     answer, took = await give_back(table.freed_mark())
-    log.append(("a ghost undone", answer, took < 0.1, sem.available(), table.pending()))
+    log.append(("a ghost undone", answer, took < half, sem.available(), table.pending()))
 
     in_flight = recovery.Entry(config, keys, "in-flight")
 
@@ -475,13 +478,13 @@ async def _give_back_scenario(twin, monkeypatch):
     table._in_flight = in_flight
     threading.Thread(target=thread_answers, args=(0.15,)).start()
     answer, took = await give_back(table.freed_mark())
-    log.append(("the thread's answer", answer, 0.1 < took < 0.3))
+    log.append(("the thread's answer", answer, 0.1 < took < recovery.IN_FLIGHT_WAIT))
 
     table._in_flight = in_flight  # and no answer comes
     answer, took = await give_back(table.freed_mark())
     table._in_flight = None
     wait = recovery.IN_FLIGHT_WAIT
-    log.append(("no answer", answer, wait - 0.05 < took < wait + 0.3))
+    log.append(("no answer", answer, wait - 0.05 < took < wait + 1))
 
     ghost("ghost-2")
     with monkeypatch.context() as patch:
