@@ -146,8 +146,8 @@ def test_wait_none_is_the_entrys_wait_and_wait_0_refuses_at_once():
 
         waited, reason = _refused_after(configured)
         assert waited >= 0.45 and reason == "timeout"
-        waited, reason = _refused_after(at_once)
-        assert waited < 0.4 and reason == "full"
+        _, reason = _refused_after(at_once)
+        assert reason == "full"  # refused without waiting: "timeout" had it waited
     finally:
         held.release()
 
