@@ -25,9 +25,11 @@ so that tests need not wait.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -41,7 +43,6 @@ BUCKET = 10  # seconds per bucket
 WINDOW = 300  # seconds that recent() looks back
 TTL_MS = 360_000  # the stats keys' TTL, renewed at every write
 HOLD_SAMPLES = 200  # hold times kept per semaphore (cluster-wide)
-MAX_LOCAL_HOLDS = 1000  # hold times one process keeps between two flushes
 PRUNE_BUCKETS = 30  # buckets older than the window deleted at each flush
 
 __all__ = ["Recent", "arecent", "drain", "flush", "recent", "record_hold", "record_refusal"]
@@ -65,14 +66,16 @@ class _Counts:
     def __init__(self) -> None:
         self.refused: dict[int, int] = {}
         self.dry_run: dict[int, int] = {}
-        self.holds: list[tuple[int, float]] = []
+        # The newest hold times: a flush sends HOLD_SAMPLES at most, so no more are kept
+        # (a full deque drops its oldest as it takes one, in constant time).
+        self.holds: deque[tuple[int, float]] = deque(maxlen=HOLD_SAMPLES)
 
     def merge(self, other: _Counts) -> None:
         for bucket, n in other.refused.items():
             self.refused[bucket] = self.refused.get(bucket, 0) + n
         for bucket, n in other.dry_run.items():
             self.dry_run[bucket] = self.dry_run.get(bucket, 0) + n
-        self.holds = (other.holds + self.holds)[-MAX_LOCAL_HOLDS:]
+        self.holds = deque(itertools.chain(other.holds, self.holds), maxlen=HOLD_SAMPLES)
 
 
 _lock = threading.Lock()
@@ -123,10 +126,7 @@ def record_hold(name: str, seconds: float, now: float | None = None, prefix: str
     prefix = prefix or settings.setting("SEMAPHORE_KEY_PREFIX")
     adaptive.record_hold(prefix, name, seconds)
     with _lock:
-        holds = _counts(name, prefix).holds
-        holds.append((bucket, max(0.0, seconds)))
-        if len(holds) > MAX_LOCAL_HOLDS:
-            del holds[: len(holds) - MAX_LOCAL_HOLDS]
+        _counts(name, prefix).holds.append((bucket, max(0.0, seconds)))
 
 
 class Pending:
@@ -176,7 +176,7 @@ def _commands(taken: dict[tuple[str, str], _Counts]) -> tuple[tuple[Any, ...], .
             commands.append(("HDEL", count_key, *(f"{kind}:{b}" for b in old for kind in "rd")))
             commands.append(("PEXPIRE", count_key, TTL_MS))
         if counts.holds:
-            samples = [f"{bucket}:{seconds:.6f}" for bucket, seconds in counts.holds[-HOLD_SAMPLES:]]
+            samples = [f"{bucket}:{seconds:.6f}" for bucket, seconds in counts.holds]
             commands.append(("LPUSH", holds_key, *samples))
             commands.append(("LTRIM", holds_key, 0, HOLD_SAMPLES - 1))
             commands.append(("PEXPIRE", holds_key, TTL_MS))

@@ -139,6 +139,22 @@ def test_the_hold_list_is_bounded(raw_redis, key_prefix):
     assert raw_redis.llen(holds_key) == stats.HOLD_SAMPLES
 
 
+def test_a_flush_sends_the_newest_hold_times(raw_redis, key_prefix):
+    """More hold times between two flushes than the LIST keeps: the newest go, in order
+    (a failed flush's, put back, come before the ones recorded since)."""
+    now = time.time()
+    for n in range(3 * stats.HOLD_SAMPLES + 7):
+        stats.record_hold("newest", n / 1000, now=now)
+    taken = stats.drain()
+    stats.record_hold("newest", 9.0, now=now)
+    taken.restore()  # as a failed flush does
+    stats.flush()
+    _, holds_key = stats_keys(key_prefix, "newest")
+    sent = [float(item.split(b":")[1]) for item in raw_redis.lrange(holds_key, 0, -1)]
+    newest = [n / 1000 for n in range(3 * stats.HOLD_SAMPLES + 7)][-(stats.HOLD_SAMPLES - 1) :] + [9.0]
+    assert sent == newest[::-1]  # LPUSH: the newest first
+
+
 @pytest.fixture
 def main_thread_commands(monkeypatch):
     """The round trips the main thread makes (the scheduler's thread is left out)."""
