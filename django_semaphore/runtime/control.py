@@ -231,13 +231,32 @@ class Snapshot(NamedTuple):
         return self.overrides.get(name), self.adaptive.get(name)
 
 
+#: Names whose configuration in force one :class:`_State` remembers at most (names
+#: used once each, as an ad-hoc semaphore per job, are forgotten all at once).
+RESOLVED_MAX = 1024
+
+
+class _State:
+    """A snapshot, and the configurations in force worked out from it so far (name ->
+    the config, SEMAPHORE_ENABLED and the :class:`Effective` they gave): every acquire
+    and release asks, and the answer changes only with the snapshot, the config or
+    that setting.  Replaced whole with the snapshot, so that an answer worked out
+    from an older snapshot is never remembered with a newer one."""
+
+    __slots__ = ("snapshot", "resolved")
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.resolved: dict[str, tuple[SemaphoreConfig, bool, Effective]] = {}
+
+
 class _Table:
     """The overrides and adaptive limits of one prefix, as last read."""
 
-    __slots__ = ("snapshot", "used", "read")
+    __slots__ = ("state", "used", "read")
 
     def __init__(self, snapshot: Snapshot, read: bool = True) -> None:
-        self.snapshot = snapshot
+        self.state = _State(snapshot)
         self.used = time.monotonic()
         self.read = read  # False: not read from Redis yet (the poller will)
 
@@ -283,11 +302,16 @@ class Cache:
     def lookup(self, prefix: str) -> Snapshot | None:
         """The overrides and adaptive limits of ``prefix`` as last read, or None when
         ``prefix`` has not been read yet."""
+        state = self.state(prefix)
+        return None if state is None else state.snapshot
+
+    def state(self, prefix: str) -> _State | None:
+        """:meth:`lookup`'s snapshot with what was worked out from it, or None."""
         table = self._tables.get(prefix)
         if table is None:
             return None
         table.used = time.monotonic()
-        return table.snapshot if table.read else None
+        return table.state if table.read else None
 
     def watch(self, prefix: str) -> None:
         """Poll ``prefix`` from now on (its first read is the poller's)."""
@@ -306,7 +330,7 @@ class Cache:
             if table is None:
                 self._tables[prefix] = _Table(snapshot)
             else:
-                table.snapshot = snapshot
+                table.state = _State(snapshot)
                 table.read = True
         self._ensure_polling()
 
@@ -319,12 +343,12 @@ class Cache:
             table = self._tables.get(prefix)
             if table is None or not table.read:
                 return  # read whole at the next use
-            overrides = dict(table.snapshot.overrides)
+            overrides = dict(table.state.snapshot.overrides)
             if override is None:
                 overrides.pop(name, None)
             else:
                 overrides[name] = override
-            table.snapshot = table.snapshot._replace(overrides=overrides)
+            table.state = _State(table.state.snapshot._replace(overrides=overrides))
 
     def clear(self) -> None:
         """Forget everything (another Redis server)."""
@@ -439,12 +463,11 @@ def cached(config: SemaphoreConfig) -> Effective:
     without touching Redis).
     """
     prefix = _prefix()
-    snapshot = _cache.lookup(prefix)
-    if snapshot is None:
+    state = _cache.state(prefix)
+    if state is None:
         _cache.watch(prefix)
         return _in_force(prefix, config, None, None)
-    override, adaptive_limit = snapshot.of(config.name)
-    return _in_force(prefix, config, override, adaptive_limit)
+    return _remembered(prefix, config, state)
 
 
 def _in_force(
@@ -457,6 +480,23 @@ def _in_force(
     return resolve(config, override, limit)
 
 
+def _remembered(prefix: str, config: SemaphoreConfig, state: _State) -> Effective:
+    """:func:`_in_force` from ``state``'s snapshot, worked out once per snapshot, config
+    and SEMAPHORE_ENABLED."""
+    enabled = settings.enabled()
+    known = state.resolved.get(config.name)
+    if known is not None and known[0] is config and known[1] is enabled:
+        if config.adaptive is not None:
+            adaptive.watch(prefix, config)
+        return known[2]
+    found = _in_force(prefix, config, *state.snapshot.of(config.name))
+    resolved = state.resolved
+    if len(resolved) >= RESOLVED_MAX:
+        resolved.clear()
+    resolved[config.name] = (config, enabled, found)
+    return found
+
+
 def effective(config: SemaphoreConfig, client: Client | None = None) -> Effective:
     """The configuration in force for ``config``: the cache, read once first if empty.
 
@@ -465,25 +505,25 @@ def effective(config: SemaphoreConfig, client: Client | None = None) -> Effectiv
     same time), and the next call reads again.
     """
     prefix = _prefix()
-    snapshot = _cache.lookup(prefix)
-    if snapshot is None:
-        generation = _cache.generation
-        snapshot = run(client or connection.get_client(), _read(prefix))
-        _cache.store(prefix, snapshot, generation)
-    override, adaptive_limit = snapshot.of(config.name)
-    return _in_force(prefix, config, override, adaptive_limit)
+    state = _cache.state(prefix)
+    if state is not None:
+        return _remembered(prefix, config, state)
+    generation = _cache.generation
+    snapshot = run(client or connection.get_client(), _read(prefix))
+    _cache.store(prefix, snapshot, generation)
+    return _in_force(prefix, config, *snapshot.of(config.name))
 
 
 async def aeffective(config: SemaphoreConfig, client: Client | None = None) -> Effective:
     """The asyncio twin of :func:`effective` (the first read on the asyncio client)."""
     prefix = _prefix()
-    snapshot = _cache.lookup(prefix)
-    if snapshot is None:
-        generation = _cache.generation
-        snapshot = await arun(client or connection.get_async_client(), _read(prefix))
-        _cache.store(prefix, snapshot, generation)
-    override, adaptive_limit = snapshot.of(config.name)
-    return _in_force(prefix, config, override, adaptive_limit)
+    state = _cache.state(prefix)
+    if state is not None:
+        return _remembered(prefix, config, state)
+    generation = _cache.generation
+    snapshot = await arun(client or connection.get_async_client(), _read(prefix))
+    _cache.store(prefix, snapshot, generation)
+    return _in_force(prefix, config, *snapshot.of(config.name))
 
 
 def fresh(config: SemaphoreConfig) -> Operation[Effective]:

@@ -761,6 +761,41 @@ def test_the_poller_keeps_the_last_overrides_when_redis_fails(own_redis, setting
     assert sem.effective() == (3, "enforce", "settings", None)
 
 
+def test_the_configuration_in_force_is_never_a_stale_answer(raw_redis, key_prefix, settings):
+    """Each process works out a name's configuration in force once per snapshot of the
+    overrides (every acquire and release asks): a change written by another process,
+    new settings for the name, SEMAPHORE_ENABLED, and more names than it remembers
+    each give the answer a fresh read would."""
+    settings.SEMAPHORES = {**settings.SEMAPHORES, "memo": {"LIMIT": 2, "TIMEOUT": 5}}
+    sem = semaphores["memo"]
+    cache = control.cache()
+    assert sem.effective() == (2, "enforce", "settings", None)
+    assert control.cached(sem.config) == (2, "enforce", "settings", None)
+    # Another process's override: this one sees it at its next poll.
+    override = json.dumps({"limit": 7, "mode": None, "at": 1, "by": "x"})
+    raw_redis.hset(control_key(key_prefix), "memo", override)
+    assert sem.effective() == (2, "enforce", "settings", None)  # not polled yet: the cache's
+    cache.tick()
+    assert sem.effective() == (7, "enforce", "override", None)
+    assert control.cached(sem.config) == (7, "enforce", "override", None)
+    # New settings for the name (a new config): its mode, with the override's limit.
+    settings.SEMAPHORES = {**settings.SEMAPHORES, "memo": {"LIMIT": 2, "TIMEOUT": 5, "MODE": "dry_run"}}
+    assert sem.effective() == (7, "dry_run", "override", None)
+    settings.SEMAPHORE_ENABLED = False
+    assert sem.effective().mode == "off" and control.cached(sem.config).mode == "off"
+    settings.SEMAPHORE_ENABLED = True
+    assert sem.effective() == (7, "dry_run", "override", None)
+    raw_redis.hdel(control_key(key_prefix), "memo")
+    cache.tick()
+    assert control.cached(sem.config) == (2, "dry_run", "settings", None)
+    # More names than one snapshot remembers: each still gets its own.
+    many = [Semaphore(f"memo-{n}", limit=n % 50 + 1, timeout=5) for n in range(control.RESOLVED_MAX + 10)]
+    for _ in range(2):
+        assert [s.effective().limit for s in many] == [n % 50 + 1 for n in range(len(many))]
+    state = cache.state(key_prefix)
+    assert state is not None and 0 < len(state.resolved) <= control.RESOLVED_MAX
+
+
 # -- off and SEMAPHORE_ENABLED ---------------------------------------------------------
 
 
