@@ -35,8 +35,11 @@ serve as they expect run every call through redis-py: a cluster, a client
 holding a single connection, one with client-side caching, one with a
 command packer of its own, and an asyncio Sentinel client.  A lane also
 sends the plain commands of a quiet release (:meth:`Lane.pipeline`: one
-write, the replies read as they come, unparsed); the other requests
-(commands, pipelines, ``BLPOP``) go through redis-py.
+write, the replies read as they come, unparsed) and a waiter's ``BLPOP``
+(:meth:`Lane.command`: through redis-py, a blocking call that a release
+wakes costs the waiter about 95 µs of CPU, against 38 µs on a connection in
+hand); the other requests (commands that need redis-py's parsing of their
+reply, other pipelines) go through redis-py.
 
 A lane belongs to the process that made it: in a forked child (checked with
 :func:`~django_semaphore.backend.forks.pid` at each call, which also catches a
@@ -105,7 +108,8 @@ class _Kept:
 
 
 class Lane(_Kept):
-    """Connections of one client's pool, kept between calls of :meth:`evalsha`."""
+    """Connections of one client's pool, kept between calls (:meth:`evalsha`, :meth:`command`,
+    :meth:`pipeline`)."""
 
     __slots__ = ("_pid",)
 
@@ -116,7 +120,13 @@ class Lane(_Kept):
     def evalsha(self, sha: str, keys: tuple[str, ...], args: tuple[Any, ...]) -> Any:
         """``EVALSHA sha`` with ``keys`` and ``args``: Redis's reply, or its error raised
         (:class:`~redis.exceptions.NoScriptError` when the script is not loaded)."""
-        command = self._pack(("EVALSHA", sha, len(keys), *keys, *args))
+        return self.command(("EVALSHA", sha, len(keys), *keys, *args))
+
+    def command(self, words: tuple[Any, ...]) -> Any:
+        """One command (a tuple of its words): Redis's reply as the connection reads it
+        (no redis-py callback: ``BLPOP`` gives a list), or its error raised.  A blocking
+        command waits under the connection's read timeout, as through redis-py."""
+        command = self._pack(words)
 
         def call(connection: Any) -> Any:
             connection.send_packed_command(command)
@@ -198,7 +208,11 @@ class AsyncLane(_Kept):
     async def evalsha(self, sha: str, keys: tuple[str, ...], args: tuple[Any, ...]) -> Any:
         """As :meth:`Lane.evalsha`.  A call cancelled between writing and reading closes
         its connection, as one that failed does."""
-        command = self._pack(("EVALSHA", sha, len(keys), *keys, *args))
+        return await self.command(("EVALSHA", sha, len(keys), *keys, *args))
+
+    async def command(self, words: tuple[Any, ...]) -> Any:
+        """As :meth:`Lane.command`."""
+        command = self._pack(words)
 
         async def call(connection: Any) -> Any:
             await connection.send_packed_command(command)

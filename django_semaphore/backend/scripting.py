@@ -183,10 +183,15 @@ class Command:
     ``raw``: the reply's strings as bytes even from a client made with
     ``decode_responses=True``, for replies that may hold bytes that are not
     UTF-8 (the control HASH's adaptive fields).
+
+    ``unparsed`` (not with ``raw``): the reader takes the reply as Redis sends
+    it as well as parsed by redis-py (``BLPOP``: a list or a tuple), so that a
+    lane can send the command on a connection in hand.
     """
 
     args: tuple[Any, ...]
     raw: bool = False
+    unparsed: bool = False
 
 
 @dataclass(slots=True)
@@ -322,6 +327,10 @@ def execute(client: Client, request: Request) -> Any:
             pipe.execute_command(*command, **options)
         return pipe.execute(raise_on_error=request.raise_on_error)
     if type(request) is Command:
+        if request.unparsed and not request.raw:
+            lane = lanes.lane(client)
+            if lane is not None:
+                return lane.command(request.args)
         return client.execute_command(*request.args, **_options(request))
     if type(request) is Sleep:
         time.sleep(request.seconds)
@@ -352,6 +361,10 @@ async def aexecute(client: Client, request: Request) -> Any:
             pipe.execute_command(*command, **options)
         return await pipe.execute(raise_on_error=request.raise_on_error)
     if type(request) is Command:
+        if request.unparsed and not request.raw:
+            lane = lanes.async_lane(client)
+            if lane is not None:
+                return await lane.command(request.args)
         return await client.execute_command(*request.args, **_options(request))
     if type(request) is Sleep:
         await asyncio.sleep(request.seconds)

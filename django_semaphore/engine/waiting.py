@@ -115,7 +115,7 @@ def wait_ops(
             on_queued = None
         if algorithm.queues:
             timeout = _block_for(client, remaining, outcome, limit)
-            woken = yield Command(("BLPOP", keys.wake(identifier), timeout))
+            woken = yield Command(("BLPOP", keys.wake(identifier), timeout), unparsed=True)
             granted = algorithm.grant_from(woken[1], request.permits, request.slots) if woken else None
             if granted is not None:  # a release granted it the permits (direct grant)
                 granted.ticket = ticket

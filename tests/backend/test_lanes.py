@@ -216,6 +216,46 @@ def test_semaphore_scripts_run_on_the_lane(settings, server):
     connection.reset()
 
 
+def test_a_blocking_command_runs_on_the_lane_and_reads_as_redis_py(server):
+    for decode in (False, True):
+        client = redis.Redis(port=server.port, decode_responses=decode, socket_timeout=5)
+        lane = lanes.lane(client)
+        client.rpush("lane-list", "é", "é")
+        assert lane.command(("BLPOP", "lane-list", 1)) == list(client.blpop("lane-list", 1))
+        assert client.llen("lane-list") == 0  # one each
+        assert lane.command(("BLPOP", "lane-list", 0.01)) is None  # timed out: nothing popped
+        client.close()
+
+
+def _woken_waiter(sem, acquire):
+    """A waiter's lease: ``acquire()`` waits while the only permit is held, and
+    a release 0.1 s later grants it; what redis-py sent meanwhile is watched."""
+    holder = sem.acquire()
+    threading.Timer(0.1, holder.release).start()
+    return acquire()
+
+
+def test_a_waiters_wait_runs_on_the_lane(settings, server, monkeypatch):
+    """A waiter's BLPOP on its wake-up list goes out on the lane, as its scripts do:
+    through redis-py it costs the waiter more than twice the CPU."""
+    settings.SEMAPHORE_REDIS = {"URL": server.url}
+    sem = Semaphore("lane-wait", limit=1, timeout=30)
+    sem.acquire().release()  # scripts loaded, connections open
+    sent = []
+    execute_command = redis.Redis.execute_command
+
+    def watched(self, *args, **options):
+        sent.append(args[0])
+        return execute_command(self, *args, **options)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", watched)
+    lease = _woken_waiter(sem, lambda: sem.acquire(wait=10))
+    assert lease is not None and lease.ticket  # queued, then granted by the release
+    assert "BLPOP" not in sent, sent
+    assert lease.refresh() and lease.release()
+    connection.reset()
+
+
 # -- the asyncio twin --------------------------------------------------------------------
 
 
@@ -296,6 +336,32 @@ async def test_async_semaphore_scripts_run_on_the_lane(settings, server):
     await client.script_flush()
     again = await sem.aacquire()
     assert again is not None and await again.arelease()
+    connection.reset()
+
+
+@pytest.mark.asyncio
+async def test_an_async_waiters_wait_runs_on_the_lane(settings, server, monkeypatch):
+    settings.SEMAPHORE_REDIS = {"URL": server.url}
+    sem = Semaphore("alane-wait", limit=1, timeout=30)
+    await (await sem.aacquire()).arelease()
+    sent = []
+    execute_command = redis.asyncio.Redis.execute_command
+
+    async def watched(self, *args, **options):
+        sent.append(args[0])
+        return await execute_command(self, *args, **options)
+
+    monkeypatch.setattr(redis.asyncio.Redis, "execute_command", watched)
+    holder = await sem.aacquire()
+    asyncio.get_running_loop().call_later(0.1, lambda: asyncio.ensure_future(holder.arelease()))
+    lease = await sem.aacquire(wait=10)
+    assert lease is not None and lease.ticket
+    assert "BLPOP" not in sent, sent
+    assert await lease.arefresh() and await lease.arelease()
+    client = redis.asyncio.Redis(port=server.port)
+    await client.rpush("alane-list", "x")
+    assert await lanes.async_lane(client).command(("BLPOP", "alane-list", 1)) == [b"alane-list", b"x"]
+    await client.aclose()
     connection.reset()
 
 
