@@ -12,6 +12,7 @@ bad entry is used anyway, so all three carry the same words.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import re
@@ -141,9 +142,10 @@ class SemaphoreConfig:
     slots: bool = False  # True: each holder gets slot numbers (lease.slots); False: lease.slots == ()
     total: int | None = None  # None: no name-wide bound; n: at most n permits across all partitions
 
-    @property
+    @functools.cached_property
     def timeout_ms(self) -> int:
-        """TIMEOUT in whole milliseconds (at least 1), as the scripts take it."""
+        """TIMEOUT in whole milliseconds (at least 1), as the scripts take it (worked out
+        once: every acquire asks)."""
         return max(1, int(round(self.timeout * 1000)))
 
 
