@@ -37,7 +37,7 @@ command packer of its own, and an asyncio Sentinel client.  A lane also
 sends the plain commands of a quiet release (:meth:`Lane.pipeline`: one
 write, the replies read as they come, unparsed) and a waiter's ``BLPOP``
 (:meth:`Lane.command`: through redis-py, a blocking call that a release
-wakes costs the waiter about 95 µs of CPU, against 38 µs on a connection in
+wakes costs the waiter about 94 µs of CPU, against 38 µs on a connection in
 hand); the other requests (commands that need redis-py's parsing of their
 reply, other pipelines) go through redis-py.
 
