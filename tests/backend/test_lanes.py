@@ -227,14 +227,6 @@ def test_a_blocking_command_runs_on_the_lane_and_reads_as_redis_py(server):
         client.close()
 
 
-def _woken_waiter(sem, acquire):
-    """A waiter's lease: ``acquire()`` waits while the only permit is held, and
-    a release 0.1 s later grants it; what redis-py sent meanwhile is watched."""
-    holder = sem.acquire()
-    threading.Timer(0.1, holder.release).start()
-    return acquire()
-
-
 def test_a_waiters_wait_runs_on_the_lane(settings, server, monkeypatch):
     """A waiter's BLPOP on its wake-up list goes out on the lane, as its scripts do:
     through redis-py it costs the waiter more than twice the CPU."""
@@ -249,7 +241,9 @@ def test_a_waiters_wait_runs_on_the_lane(settings, server, monkeypatch):
         return execute_command(self, *args, **options)
 
     monkeypatch.setattr(redis.Redis, "execute_command", watched)
-    lease = _woken_waiter(sem, lambda: sem.acquire(wait=10))
+    holder = sem.acquire()
+    threading.Timer(0.1, holder.release).start()
+    lease = sem.acquire(wait=10)
     assert lease is not None and lease.ticket  # queued, then granted by the release
     assert "BLPOP" not in sent, sent
     assert lease.refresh() and lease.release()
