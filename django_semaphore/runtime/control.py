@@ -299,14 +299,9 @@ class Cache:
         self._failures = Bursts(quiet=None)
         self.ticks = 0  # completed polls, for tests
 
-    def lookup(self, prefix: str) -> Snapshot | None:
-        """The overrides and adaptive limits of ``prefix`` as last read, or None when
-        ``prefix`` has not been read yet."""
-        state = self.state(prefix)
-        return None if state is None else state.snapshot
-
     def state(self, prefix: str) -> _State | None:
-        """:meth:`lookup`'s snapshot with what was worked out from it, or None."""
+        """The overrides and adaptive limits of ``prefix`` as last read (``.snapshot``),
+        with what was worked out from them, or None when ``prefix`` has not been read yet."""
         table = self._tables.get(prefix)
         if table is None:
             return None

@@ -119,7 +119,7 @@ def test_a_forked_child_owns_nothing_of_its_parent(key_prefix):
     assert lease is not None
     control.cached(sem.config)  # the poll runs, the adaptive semaphore is watched
     cache = control.cache()
-    wait_until(lambda: cache.lookup(key_prefix) is not None, timeout=5, message="the prefix read")
+    wait_until(lambda: cache.state(key_prefix) is not None, timeout=5, message="the prefix read")
     parent_thread = scheduler().thread
     assert parent_thread is not None and parent_thread.is_alive()
     recovery.remember_acquire(sem.config, sem.partition(), "fork-all-ghost")  # retried in 0.2 s
@@ -133,7 +133,7 @@ def test_a_forked_child_owns_nothing_of_its_parent(key_prefix):
                     "watches": watchdog.watchdog().count(),
                     "watchdog_thread": watchdog.watchdog().thread is None,
                     "recovery": recovery.recovery().pending(),
-                    "prefix_known": cache.lookup(key_prefix) is not None,
+                    "prefix_known": cache.state(key_prefix) is not None,
                     "ticks": cache.ticks,
                     "windows": len(adaptive.drain().taken),
                     "counts": len(stats.drain().taken),
@@ -172,7 +172,7 @@ def test_a_forked_child_owns_nothing_of_its_parent(key_prefix):
         assert scheduler().thread is parent_thread and parent_thread.is_alive()
         assert watchdog.watchdog().count() >= 1 and watchdog.watchdog().thread.is_alive()
         wait_until(lambda: recovery.recovery().idle(), timeout=10, message="the parent's retry")
-        assert cache.lookup(key_prefix) is not None
+        assert cache.state(key_prefix) is not None
         assert lease.refresh() is True
     assert [h.identifier for h in sem.holders()] == [lease.identifier]
     assert lease.release() is True

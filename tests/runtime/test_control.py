@@ -748,7 +748,7 @@ def test_the_poller_keeps_the_last_overrides_when_redis_fails(own_redis, setting
             cache.tick()
     finally:
         signals.backend_failed.disconnect(receiver)
-    assert cache.lookup(settings.SEMAPHORE_KEY_PREFIX).overrides["keep"].limit == 1
+    assert cache.state(settings.SEMAPHORE_KEY_PREFIX).snapshot.overrides["keep"].limit == 1
     assert sem.effective() == (1, "enforce", "override", None)
     warnings = [r for r in caplog.records if "runtime overrides" in r.getMessage()]
     assert len(warnings) == 1  # once per burst
