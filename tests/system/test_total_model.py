@@ -14,9 +14,10 @@ with it queued last in its partition, grants it now.
 
 Rules: acquire (at once, or queueing with a ticket: the algorithm's own
 call, so that every grant of a step is read from the server's fencing
-tokens, in order, not from threads' timing), release, a waiter gives up, and
-a lease expires (its score moves into the server's past, then the operator's
-purge removes it).  After every step, the holders and their grant order (by
+tokens, in order, not from threads' timing), release, a waiter gives up, a
+lease expires (its score moves into the server's past, then the operator's
+purge removes it), and an expired lease's holder refreshes or releases it
+late.  After every step, the holders and their grant order (by
 token) and the waiters must be the model's, and no partition may hold more
 than LIMIT nor the name more than TOTAL.
 """
@@ -72,6 +73,7 @@ class TotalModel(RuleBasedStateMachine):
         self.arrivals = itertools.count()
         self.tokens = itertools.count(1)
         self.expected_order = []  # idents granted in this step, in order
+        self.lost = []  # (ident, part) of the leases that expired and were purged
 
     # -- the reference model ----------------------------------------------------------
 
@@ -203,8 +205,26 @@ class TotalModel(RuleBasedStateMachine):
         seconds, micros = self.client.time()
         self.client.zadd(keys.timeouts, {ident: seconds * 1000 + micros // 1000 - 1}, xx=True)
         assert self.sem.purge_expired() == 1
+        self.lost.append((ident, self.holders[ident].part))
         self.drop(ident)
         before.pop(ident)
+        self.check_step(before)
+
+    @precondition(lambda self: self.lost)
+    @rule(data=st.data(), release=st.booleans())
+    def lost_lease_comes_back(self, data, release):
+        # Its holder (or its watchdog) refreshes or releases it late: refused, and its
+        # permits are not given back again (the purge gave them back).  The release
+        # still serves the waiters that fit in the permits free now (a purge does not).
+        before = self.holders_by_token()
+        ident, part = data.draw(st.sampled_from(self.lost))
+        keys = self.sem.partition(part)
+        if release:
+            assert run(self.client, self.algorithm.release(keys, LIMIT, ident)) is False
+            if self.queue:
+                self.walk()
+        else:
+            assert run(self.client, self.algorithm.refresh(keys, TIMEOUT_MS, ident)) is None
         self.check_step(before)
 
     @invariant()

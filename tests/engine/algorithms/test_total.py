@@ -197,6 +197,22 @@ def test_an_expired_holder_gives_its_partition_and_the_total_back(raw_redis):
     assert not lease.release()
 
 
+def test_refreshing_a_lease_purged_before_gives_its_partition_nothing_back_twice(raw_redis):
+    # The purge gave the expired lease's permit back; its holder's refresh
+    # (the watchdog's, say) finds it gone and must not give it back again:
+    # the partition's count would fall below its holders and admit one more.
+    sem = _sem(limit=2, total=5)
+    lost, kept = sem.acquire(key="a"), sem.acquire(key="a")
+    seconds, micros = raw_redis.time()
+    raw_redis.zadd(lost.keys.timeouts, {lost.identifier: seconds * 1000 + micros // 1000 - 1}, xx=True)
+    assert sem.purge_expired() == 1
+    assert lost.refresh() is False
+    assert sem.available("a") == 1 and sem.available() == 4
+    assert sem.acquire(key="a") is not None
+    assert sem.acquire(key="a") is None  # LIMIT 2: kept and the newcomer hold the partition
+    assert kept.release()
+
+
 def test_a_handed_off_lease_of_an_ad_hoc_total_semaphore_is_released_by_its_adopter():
     from django_semaphore import Lease
 
