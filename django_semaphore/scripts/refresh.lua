@@ -3,9 +3,10 @@
 local id = ARGV[1]
 local now = server_ms()
 local expiry = redis.call('ZSCORE', KEYS[1], id)
--- No entry: whatever removed it (a purge, a force-release, an expiry replaced)
--- gave its permits back with it, so nothing is given back twice (with TOTAL,
--- the partition's count would fall below its holders and admit too many).
+-- No entry: whatever removed it (a purge, an operator's or an acquire's; a
+-- force-release; an earlier refresh that found it expired) gave its permits
+-- back with it, so nothing is given back twice (with TOTAL, the partition's
+-- count would fall below its holders and admit too many).
 if not expiry then return 0 end
 if tonumber(expiry) <= now then
   redis.call('ZREM', KEYS[1], id)
