@@ -195,12 +195,18 @@ def test_a_tenants_backlog_of_parked_tasks_does_not_hold_up_the_others(settings,
         order, peak = run_in_turn(sem, outbox, backlog + len(others), total)
     finally:
         thread.stop()
-    firsts = order[: len(others)]
     print(f"\nTOTAL {total} ({kind}): sent in order {order[:6]}...")
-    # Round robin between the partitions: B, C and D (never served) before A (served last).
-    assert sorted(firsts) == ["id-b0", "id-c0", "id-d0"]
-    assert sorted(order) == sorted([f"id-a{n}" for n in range(backlog)] + firsts)  # each once
-    assert order[len(others) :] == [f"id-a{n}" for n in range(backlog)]  # A's in arrival order
+    # The fair-share bound (docs/guarantees.rst): a partition's first waiter is served
+    # after at most one grant to each other waiting partition, so at most one of A's
+    # tasks goes before each of B, C and D, however many A parked.  Round robin
+    # usually sends B, C and D (never served) before A (served last); this run's
+    # timing may let A's first task in (one run in about 160 here sent it third).  The
+    # state machine in tests/system/test_total_model.py checks the exact order.
+    a_tasks = [f"id-a{n}" for n in range(backlog)]
+    for first in ("id-b0", "id-c0", "id-d0"):
+        assert len([sent for sent in order[: order.index(first)] if sent in a_tasks]) <= 1, order
+    assert sorted(order) == sorted([*a_tasks, "id-b0", "id-c0", "id-d0"])  # each once
+    assert [sent for sent in order if sent in a_tasks] == a_tasks  # A's in arrival order
     assert peak <= total
     assert all(parking.parked(sem.partition(t)) == [] for t in ("A", *others))
     assert sem.available() == total
