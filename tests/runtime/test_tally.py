@@ -36,9 +36,11 @@ def test_the_engine_counts_grants_refusals_releases_and_waits(sem, monkeypatch):
     assert (row.acquired, row.refused, row.released) == (2, 2, 2)
     assert row.owner is sem
     assert sum(row.acquired_waits) == 2 and sum(row.refused_waits) == 2
-    # The refusal that waited at least 60 ms is in a bucket above 50 ms, the other in the first.
+    # The refusal that waited at least 60 ms is in a bucket above 50 ms, the one at once
+    # below it (not necessarily in the first, up to 1 ms: a loaded machine's round trip
+    # to a cluster took longer once).
     assert sum(row.refused_waits[tally.WAIT_BUCKETS.index(0.1) :]) == 1, row
-    assert row.refused_waits[0] == 1
+    assert sum(row.refused_waits[: tally.WAIT_BUCKETS.index(0.1)]) == 1, row
     assert 0.06 <= row.refused_sum < 1
 
 
