@@ -9,8 +9,8 @@ once hold times are no longer wanted) against a plain model of the permits
 held.  Rules: acquire at once with 1 to 14 permits; release a holder (True,
 once); expire one (its expiry moves into the server's past, as in
 tests/system/test_stateful_model.py) and refresh it or release it (False);
-purge (what ``sema_cleanup`` runs).  After every step ``available()``, ``holders()`` and
-their permits agree with the model; once nothing is held and the expired
+purge (what ``sema_cleanup`` runs).  After every step ``available()``,
+``holders()`` and their permits agree with the model; once nothing is held and the expired
 leases were purged, the partition's timeouts ZSET is empty and its ``+``
 count 0 (no member or count left behind by either form).
 """
