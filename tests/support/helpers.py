@@ -138,6 +138,14 @@ def server_ms(client, key):
     return seconds * 1000 + micros / 1000
 
 
+def expire_now(client, timeouts, identifier):
+    """Move ``identifier``'s lease expiry in the timeouts ZSET ``timeouts`` into the
+    server's past (a millisecond ago), as if its TIMEOUT had passed: the ZADD's reply
+    (0, since the entry is there and only its score changes)."""
+    past = int(server_ms(client, timeouts)) - 1
+    return client.zadd(timeouts, {identifier: past}, xx=True)
+
+
 def wait_until_expired(client, *partitions):
     """Block until the Redis clock is past every lease in ``partitions`` (PartitionKeys).
 

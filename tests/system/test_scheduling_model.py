@@ -36,7 +36,7 @@ from hypothesis.stateful import (
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
 from django_semaphore.backend.keys import glob_escape
-from tests.support.helpers import run_model, wait_until
+from tests.support.helpers import expire_now, run_model, wait_until
 
 MAX_LIMIT = 5
 EXAMPLES = 60
@@ -184,9 +184,7 @@ class SchedulingModel(RuleBasedStateMachine):
     def expire(self, index):
         """TIMEOUT passes for this holder only: its expiry moves into the server's past."""
         holder = self.holders.pop(index % len(self.holders))
-        seconds, micros = self.raw.time()
-        past = seconds * 1000 + micros // 1000 - 1
-        assert self.raw.zadd(holder.lease.keys.timeouts, {holder.lease.identifier: past}, xx=True) == 0
+        assert expire_now(self.raw, holder.lease.keys.timeouts, holder.lease.identifier) == 0
         self.settle()
         assert holder.lease.release() is False  # lost; its permits came back without it
 

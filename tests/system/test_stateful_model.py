@@ -16,7 +16,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from django_semaphore import Semaphore, signals
 from django_semaphore.backend import connection
-from tests.support.helpers import run_model
+from tests.support.helpers import expire_now, run_model
 
 LIMIT = 3
 _names = itertools.count()
@@ -132,10 +132,7 @@ class SemaphoreModel(RuleBasedStateMachine):
         """TIMEOUT passes for this holder only: its expiry moves into the server's past."""
         if entry == "refused" or not entry.live:
             return
-        seconds, micros = self.raw.time()
-        past = seconds * 1000 + micros // 1000 - 1
-        keys = entry.lease.keys
-        assert self.raw.zadd(keys.timeouts, {entry.lease.identifier: past}, xx=True) == 0
+        assert expire_now(self.raw, entry.lease.keys.timeouts, entry.lease.identifier) == 0
         entry.expired = True
         entry.live = False
 

@@ -40,6 +40,7 @@ from django_semaphore.backend.keys import key_hash
 from django_semaphore.backend.scripting import run
 from django_semaphore.engine.algorithms import AcquireRequest, Granted, algorithm_for
 from django_semaphore.engine.semaphore import new_identifier
+from tests.support.helpers import expire_now
 
 LIMIT = 2
 TOTAL = 3
@@ -202,8 +203,7 @@ class TotalModel(RuleBasedStateMachine):
         before = self.holders_by_token()
         ident = data.draw(st.sampled_from(sorted(self.holders)))
         keys = self.sem.partition(self.holders[ident].part)
-        seconds, micros = self.client.time()
-        self.client.zadd(keys.timeouts, {ident: seconds * 1000 + micros // 1000 - 1}, xx=True)
+        expire_now(self.client, keys.timeouts, ident)
         assert self.sem.purge_expired() == 1
         self.lost.append((ident, self.holders[ident].part))
         self.drop(ident)

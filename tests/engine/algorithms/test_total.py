@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from django_semaphore import Semaphore, SemaphoreFull
-from tests.support.helpers import wait_until
+from tests.support.helpers import expire_now, wait_until
 
 
 def _sem(limit=2, total=3, **options):
@@ -187,16 +187,10 @@ def test_a_total_override_of_0_refuses_with_reason_total():
     assert sem.acquire(key="a") is not None
 
 
-def _expire(raw_redis, lease):
-    """Move ``lease``'s expiry into the server's past (a millisecond ago)."""
-    seconds, micros = raw_redis.time()
-    raw_redis.zadd(lease.keys.timeouts, {lease.identifier: seconds * 1000 + micros // 1000 - 1}, xx=True)
-
-
 def test_an_expired_holder_gives_its_partition_and_the_total_back(raw_redis):
     sem = _sem(limit=1, total=2)
     lease = sem.acquire(key="a", permits=1)
-    _expire(raw_redis, lease)
+    expire_now(raw_redis, lease.keys.timeouts, lease.identifier)
     assert sem.purge_expired() == 1
     assert sem.available("a") == 1 and sem.available() == 2
     assert not lease.release()
@@ -208,7 +202,7 @@ def test_refreshing_a_lease_purged_before_gives_its_partition_nothing_back_twice
     # the partition's count would fall below its holders and admit one more.
     sem = _sem(limit=2, total=5)
     lost, kept = sem.acquire(key="a"), sem.acquire(key="a")
-    _expire(raw_redis, lost)
+    expire_now(raw_redis, lost.keys.timeouts, lost.identifier)
     assert sem.purge_expired() == 1
     assert lost.refresh() is False
     assert sem.available("a") == 1 and sem.available() == 4

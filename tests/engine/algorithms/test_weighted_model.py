@@ -28,7 +28,7 @@ from hypothesis.stateful import (
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
-from tests.support.helpers import run_model
+from tests.support.helpers import expire_now, run_model
 
 LIMIT = 20
 EXAMPLES = 100
@@ -75,9 +75,7 @@ class WeightedModel(RuleBasedStateMachine):
     @rule(index=st.integers(0, 100))
     def expire(self, index):
         lease = self.holders.pop(index % len(self.holders))
-        seconds, micros = self.raw.time()
-        past = seconds * 1000 + micros // 1000 - 1
-        assert self.raw.zadd(self.keys.timeouts, {lease.identifier: past}, xx=True) == 0
+        assert expire_now(self.raw, self.keys.timeouts, lease.identifier) == 0
         self.expired.append(lease)
 
     @precondition(lambda self: self.expired)
