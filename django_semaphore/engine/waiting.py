@@ -44,7 +44,9 @@ HEARTBEAT = 1.0  # seconds: longest BLPOP before a waiter renews its ticket
 NEAR_HEARTBEAT = 0.5  # seconds: the same for the waiters next in line
 TICKET_MS = 3000  # a ticket not renewed within this is abandoned
 POLL = 0.05  # seconds between attempts for algorithms without a queue
-MIN_BLOCK = 0.001  # BLPOP 0 would block forever
+#: Seconds: the shortest BLPOP a waiter sends.  BLPOP 0 blocks forever, and Redis 6.2
+#: truncates a timeout to whole milliseconds (7.0 rounds it up): 0.001 s became 0 there.
+MIN_BLOCK = 0.002
 
 
 def _block_for(client: Client, remaining: float, outcome: Refused, limit: int) -> float:

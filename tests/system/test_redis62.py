@@ -16,6 +16,9 @@ import redis
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
+from django_semaphore.backend.scripting import Command, one, run
+from django_semaphore.engine.algorithms import Refused
+from django_semaphore.engine.waiting import _block_for
 from tests.support.helpers import wait_until
 from tests.support.servers import RedisServer
 
@@ -113,6 +116,22 @@ def test_a_queued_waiter_gets_the_slot_a_refreshing_holder_releases(redis62):
     lease = got["lease"]
     assert lease is not None and got["at"] >= released and lease.token > holder.token
     assert lease.release() is True
+
+
+def test_a_waiter_with_less_than_a_millisecond_left_does_not_block_forever(redis62_server):
+    """A waiter whose wait has almost run out blocks for the shortest time it sends
+    (``_block_for``: its BLPOP timeout).  Redis 6.2 truncates a BLPOP timeout to whole
+    milliseconds, and 0 means forever: 0.001 s blocked the waiter until its socket
+    timed out (a SemaphoreBackendError), or for good on a client without one."""
+    client = redis.Redis.from_url(redis62_server.url, socket_timeout=3)
+    try:
+        refused = Refused(retry_after_ms=1.0, recheck_ms=0.5)
+        timeout = _block_for(client, 0.0004, refused, 1)
+        started = time.monotonic()
+        reply = run(client, one(Command(("BLPOP", "r62-nobody-pushes-here", timeout), unparsed=True)))
+        assert reply is None and time.monotonic() - started < 1
+    finally:
+        client.close()
 
 
 @pytest.mark.parametrize("algorithm", SEEDS)
