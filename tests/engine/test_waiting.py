@@ -20,7 +20,7 @@ import pytest
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
-from tests.support.helpers import until, wait_until
+from tests.support.helpers import server_ms, until, wait_until
 
 WAITER = textwrap.dedent(
     """
@@ -81,11 +81,6 @@ def _in_thread(sem, **kwargs):
     return thread, result
 
 
-def _server_ms():
-    seconds, micros = connection.get_client().time()
-    return seconds * 1000 + micros // 1000
-
-
 def test_a_dead_waiter_delays_the_next_by_less_than_a_second(subprocess_env):
     # Issue 11, item 8: the waiter at the head of the queue is SIGKILLed; the
     # live waiter behind it must get the slot freed by a release promptly, not
@@ -129,7 +124,8 @@ async def test_a_dead_waiter_does_not_hold_up_an_async_waiter_when_a_lease_expir
         )
         dead.kill()
         await asyncio.to_thread(dead.wait, 10)
-        expiry = time.monotonic() + (holder.expires_ms - await asyncio.to_thread(_server_ms)) / 1000
+        now_ms = await asyncio.to_thread(server_ms, connection.get_client())
+        expiry = time.monotonic() + (holder.expires_ms - now_ms) / 1000
         lease = await asyncio.wait_for(live, 30)
         granted = time.monotonic()
     finally:

@@ -22,6 +22,7 @@ from django_semaphore import Semaphore  # noqa: E402
 from django_semaphore.backend import connection  # noqa: E402
 from django_semaphore.contrib.celery import current_lease, semaphore_task  # noqa: E402
 from django_semaphore.engine import guards  # noqa: E402
+from tests.support.helpers import server_ms  # noqa: E402
 
 app = Celery("semaphore_tests")
 app.conf.update(
@@ -62,11 +63,6 @@ def rec(name):
     return f"{settings.SEMAPHORE_KEY_PREFIX}:rec:{name}"
 
 
-def server_ms(client):
-    seconds, micros = client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 def _body(label, sem, partition):
     """Record the start (server time, and the holders seen), wait for "go", record the end.
 
@@ -82,7 +78,7 @@ def _body(label, sem, partition):
     held = lease is not None and lease.identifier in {h.identifier for h in holders}
     client.eval(_ENTER, 2, rec("running"), rec("peak"), RECORD_TTL)
     token = lease.token if lease is not None else -1
-    client.rpush(rec("starts"), f"{label}:{server_ms(client)}:{len(holders)}:{int(held)}:{token}")
+    client.rpush(rec("starts"), f"{label}:{int(server_ms(client))}:{len(holders)}:{int(held)}:{token}")
     client.expire(rec("starts"), RECORD_TTL)
     deadline = time.monotonic() + HOLD_LIMIT
     while not client.exists(rec(f"go:{label}"), rec("go:all")) and time.monotonic() < deadline:

@@ -130,8 +130,10 @@ def run_command(*args, **options):
     return out.getvalue().splitlines()
 
 
-def server_ms(client, key):
-    """The Redis clock (ms) of the server holding ``key``; ``client`` a Redis or RedisCluster client."""
+def server_ms(client, key=None):
+    """The Redis clock (ms, with its fraction: ``int()`` gives the whole ms the scripts
+    use) of the server holding ``key``; ``client`` a Redis client, or a RedisCluster
+    client with the ``key`` that picks the node."""
     if isinstance(client, redis.cluster.RedisCluster):
         client = client.get_node_from_key(key).redis_connection
     seconds, micros = client.time()

@@ -28,7 +28,7 @@ pytest.importorskip("celery")
 from django_semaphore import Semaphore
 from django_semaphore.contrib.celery import LOCK_SUFFIX, PARKED_KWARG, parked, queue_key
 from django_semaphore.engine import watchdog
-from tests.support.helpers import ROOT, wait_until
+from tests.support.helpers import ROOT, server_ms, wait_until
 
 BROKER_DB = 7
 QUEUE = f"semaphore-tests-{uuid.uuid4().hex[:8]}"
@@ -177,11 +177,6 @@ def _current(raw, rec):
     ]
 
 
-def _now_ms(raw):
-    seconds, micros = raw.time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 def _hold(sem, count):
     """``count`` slots held by the test itself, renewed by the watchdog."""
     leases = [sem.acquire() for _ in range(count)]
@@ -223,7 +218,7 @@ def test_parked_tasks_start_within_a_second_of_a_release_in_arrival_order_exactl
 
     delays = []
     for n, slot in enumerate(held, start=1):  # the test gives its slots back, one at a time
-        t0 = _now_ms(raw_redis)
+        t0 = int(server_ms(raw_redis))
         _give_back(slot)
         wait_until(lambda n=n: len(_starts(raw_redis, rec)) == n, 10, interval=0.005, message="start")
         delays.append(_starts(raw_redis, rec)[-1][1] - t0)
@@ -449,7 +444,7 @@ def test_revoked_parked_tasks_give_their_slots_back_at_once(app, worker, raw_red
     results = _park(app, app.job, labels)
     for result in results[1:3]:
         app.app.control.revoke(result.id, reply=True, timeout=5)
-    t0 = _now_ms(raw_redis)
+    t0 = int(server_ms(raw_redis))
     raw_redis.set(rec("go:r0"), "1", ex=600)
     raw_redis.set(rec("go:r1"), "1", ex=600)
     wait_until(lambda: len(_starts(raw_redis, rec)) == 4, 10, interval=0.005, message="p0 and p3 start")
@@ -480,7 +475,7 @@ def test_parked_tasks_start_within_a_second_of_a_release_after_a_worker_restart(
     start_worker(concurrency=2)
     delays = []
     for n, slot in enumerate(held, start=1):
-        t0 = _now_ms(raw_redis)
+        t0 = int(server_ms(raw_redis))
         _give_back(slot)
         wait_until(lambda n=n: len(_starts(raw_redis, rec)) == n, 10, interval=0.005, message="start")
         delays.append(_starts(raw_redis, rec)[-1][1] - t0)

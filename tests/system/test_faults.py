@@ -23,7 +23,7 @@ from django_semaphore import Semaphore, SemaphoreBackendError, signals
 from django_semaphore.backend import connection
 from django_semaphore.backend.scripting import execute, run
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest, Granted
-from tests.support.helpers import wait_until
+from tests.support.helpers import server_ms, wait_until
 
 LUA = ALGORITHMS["lua"]
 
@@ -278,11 +278,6 @@ def _holder(env, name, timeout):
     return process, json.loads(line)
 
 
-def _server_ms(client):
-    seconds, micros = client.time()
-    return seconds * 1000 + micros // 1000
-
-
 @pytest.mark.slow
 def test_sigkilled_holder_slot_free_within_timeout_plus_one(subprocess_env, raw_redis):
     timeout = 2.0
@@ -313,7 +308,7 @@ def test_sigstopped_holder_learns_it_lost_the_slot(subprocess_env, raw_redis):
     try:
         process.send_signal(signal.SIGSTOP)
         successor = wait_until(sem.acquire, timeout=timeout + 2.0, interval=0.01, message="slot taken over")
-        assert _server_ms(raw_redis) >= held["expires_ms"]  # a lease ends at its expiry
+        assert server_ms(raw_redis) >= held["expires_ms"]  # a lease ends at its expiry
         process.send_signal(signal.SIGCONT)
         process.stdin.write("go\n")
         process.stdin.flush()

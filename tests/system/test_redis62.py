@@ -19,7 +19,7 @@ from django_semaphore.backend import connection
 from django_semaphore.backend.scripting import Command, one, run
 from django_semaphore.engine.algorithms import Refused
 from django_semaphore.engine.waiting import _block_for
-from tests.support.helpers import wait_until
+from tests.support.helpers import server_ms, wait_until
 from tests.support.servers import RedisServer
 
 SEEDS = ["basic", "fair", "fair_locked"]
@@ -62,11 +62,6 @@ def _partition_ttls(client, keys):
     return {name: ttl for name, ttl in found.items() if ttl != -2}
 
 
-def _server_ms(client):
-    seconds, micros = client.time()
-    return seconds * 1000 + micros // 1000
-
-
 def test_a_lua_refresh_that_must_lengthen_the_ttls(redis62):
     # TIMEOUT 0.3 s: the acquire gives the keys 2 x 0.3 + 1 s; the second
     # refresh, 0.4 s later, finds that TTL below its expiry + 1 s and renews
@@ -77,7 +72,7 @@ def test_a_lua_refresh_that_must_lengthen_the_ttls(redis62):
     for _ in range(2):
         time.sleep(0.2)
         assert lease.refresh() is True
-    need = lease.expires_ms - _server_ms(redis62) + 1000
+    need = lease.expires_ms - int(server_ms(redis62)) + 1000
     ttls = _partition_ttls(redis62, lease.keys)
     assert ttls and all(ttl >= need - 5 for ttl in ttls.values()), (need, ttls)
     assert lease.release() is True
@@ -89,7 +84,7 @@ def test_a_longer_timeout_joining_lengthens_without_shortening(redis62):
     first = short.acquire()
     second = long.acquire()  # not the first holder, and needs more than the keys have
     assert first is not None and second is not None
-    need = second.expires_ms - _server_ms(redis62) + 1000
+    need = second.expires_ms - int(server_ms(redis62)) + 1000
     ttls = _partition_ttls(redis62, second.keys)
     assert all(ttl >= need - 5 for ttl in ttls.values()), (need, ttls)
     assert first.release() and second.release()

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from django_semaphore import semaphores, signals
-from tests.support.helpers import wait_until
+from tests.support.helpers import server_ms, wait_until
 from tests.support.servers import free_port
 from tests.support.settings_web import WEB_SEMAPHORES
 from tests.support.views import gate_key, probe_keys
@@ -272,8 +272,7 @@ def test_wake_up_latency_over_http(live_server, http, raw_redis, grants, capsys)
             held = sem.acquire()
             future = pool.submit(http.get, f"{live_server.url}/web/queue/?sleep=0")
             wait_until(lambda: sem.status().waiting >= 1, timeout=30, message="waiter queued")
-            seconds, micros = raw_redis.time()
-            released_ms = seconds * 1000 + micros // 1000  # whole ms, as acquired_ms
+            released_ms = int(server_ms(raw_redis))  # whole ms, as acquired_ms
             held.release()
             response = future.result(timeout=60)
             assert response.status_code == 200
@@ -354,10 +353,6 @@ def long_view_keeps_slot(http, raw_redis, base, path):
     def on_lost(sender, **kwargs):
         lost.append(kwargs)
 
-    def server_ms():
-        seconds, micros = raw_redis.time()
-        return seconds * 1000 + micros // 1000
-
     signals.lease_lost.connect(on_lost)
     try:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -366,7 +361,7 @@ def long_view_keeps_slot(http, raw_redis, base, path):
             granted_ms = holder.acquired_at.timestamp() * 1000
             checks_past_timeout = 0
             while True:
-                now = server_ms()
+                now = server_ms(raw_redis)
                 live = sem.holders()
                 if now > granted_ms + 2300:
                     break

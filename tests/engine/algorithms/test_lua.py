@@ -29,7 +29,7 @@ from django_semaphore.backend.scripting import Script, execute, run
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest, Granted, Refused
 from django_semaphore.engine.inspection import holders, purge, status
 from django_semaphore.engine.waiting import TICKET_MS
-from tests.support.helpers import count_round_trips, queue_waiters, wait_until
+from tests.support.helpers import count_round_trips, queue_waiters, server_ms, wait_until
 from tests.support.settings_web import WEB_SEMAPHORES
 
 LUA = ALGORITHMS["lua"]
@@ -74,7 +74,7 @@ def test_a_long_timeout_holder_keeps_its_slot_while_short_timeout_callers_churn(
     assert [h.identifier for h in holders] == [long_lease.identifier]
     held = (keys.timeouts, keys.holds)  # (no owners ZSET: the token lives in the record)
     for name in (*held, keys.slots) if slots else held:  # (the bitmap: SLOTS only)
-        assert raw_redis.pttl(name) >= long_lease.expires_ms - _server_ms(raw_redis) + 1000 - 5, name
+        assert raw_redis.pttl(name) >= long_lease.expires_ms - int(server_ms(raw_redis)) + 1000 - 5, name
     assert long_sem.acquire() is not None
     assert short_sem.acquire() is None
     assert long_lease.refresh() is True and long_lease.release() is True
@@ -115,7 +115,7 @@ def test_a_re_created_key_never_shortens_the_others_ttl(raw_redis):
     after = _pttls(raw_redis, names)
     print(f"TTL before/after a short-TIMEOUT acquire re-created the HASH: {before} -> {after}")
     _assert_not_shortened(before, after, (time.monotonic() - started) * 1000)
-    assert raw_redis.pttl(keys.holds) > (long_lease.expires_ms - _server_ms(raw_redis)) + 1000 - 5
+    assert raw_redis.pttl(keys.holds) > (long_lease.expires_ms - int(server_ms(raw_redis))) + 1000 - 5
 
 
 def test_a_wake_up_list_lives_as_long_as_the_waiters_lease(raw_redis):
@@ -132,11 +132,6 @@ def test_a_wake_up_list_lives_as_long_as_the_waiters_lease(raw_redis):
     pttl = raw_redis.pttl(keys.wake("waiter"))
     print(f"WAKE-UP LIST TTL under TIMEOUT {LONG}s: {pttl} ms")
     assert pttl >= LONG * 1000 + 1000 - (time.monotonic() - started) * 1000 - 5
-
-
-def _server_ms(client):
-    seconds, micros = client.time()
-    return seconds * 1000 + micros // 1000
 
 
 # -- item 9: every key a script touches is declared -------------------------------------
@@ -203,7 +198,7 @@ def test_every_key_a_script_touches_is_declared(declared, raw_redis):
         check(LUA.acquire(keys, 2, AcquireRequest("w2", "{}", 30000, ticket_ms=TICKET_MS))), Refused
     )
     assert isinstance(check(LUA.acquire(keys, 2, AcquireRequest("nowait", "{}", 30000))), Refused)
-    wait_until(lambda: _server_ms(raw_redis) > short.expires_ms, message="h2 expired")
+    wait_until(lambda: int(server_ms(raw_redis)) > short.expires_ms, message="h2 expired")
     assert isinstance(
         check(LUA.acquire(keys, 2, AcquireRequest("w2", "{}", 30000, ticket_ms=TICKET_MS))), Refused
     )  # grants w1
@@ -303,7 +298,7 @@ def test_retry_after_counts_the_queue_ahead_and_never_passes_the_earliest_expiry
     for i in range(ahead):  # waiters that took a ticket (one acquire each, no loop)
         run(client, LUA.acquire(keys, 1, AcquireRequest(f"queued-{i}", "{}", 60000, ticket_ms=30000)))
     lease, retry_after = sem.try_acquire()
-    until_expiry = (holder.expires_ms - _server_ms(client)) / 1000
+    until_expiry = (holder.expires_ms - int(server_ms(client))) / 1000
     # The hold times measured on the server are HOLD plus the round trips (a loaded machine: up to 2 x).
     low, high = _model(HOLD, ahead, 1, until_expiry), _model(HOLD * 2, ahead, 1, until_expiry)
     print(f"RETRY-AFTER with {ahead} ahead, earliest expiry in {until_expiry:.1f}s: {retry_after}s")
@@ -597,8 +592,7 @@ def test_a_weighted_holder_granted_by_the_earlier_version_gives_its_permits_back
     sem = Semaphore("weighted-upgrade", limit=5, timeout=30)
     keys = sem.partition()
     sem.acquire().release()  # the HASH exists, with its counter and TTL
-    seconds, micros = raw_redis.time()
-    now = seconds * 1000 + micros // 1000
+    now = int(server_ms(raw_redis))
     for ident in ("old-a", "old-b"):
         raw_redis.zadd(keys.timeouts, {ident: now + 30_000})
         raw_redis.hset(keys.holds, mapping={ident: f"{now * 1000}:{now}:{{}}", "*" + ident: 2})
@@ -715,7 +709,7 @@ def test_moving_the_queue_watermark_never_shortens_a_longer_ttl(raw_redis):
     longer = TICKET_MS * 4
     for name in names:
         raw_redis.pexpire(name, longer)
-    raw_redis.hset(keys.waiters, "e", _server_ms(raw_redis))  # a watermark that has run out
+    raw_redis.hset(keys.waiters, "e", int(server_ms(raw_redis)))  # a watermark that has run out
     started = time.monotonic()
     run(client, LUA.acquire(keys, 1, AcquireRequest("second", "{}", int(SHORT * 1000), ticket_ms=TICKET_MS)))
     elapsed = (time.monotonic() - started) * 1000

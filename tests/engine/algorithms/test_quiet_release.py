@@ -28,7 +28,7 @@ from django_semaphore.backend.keys import glob_escape
 from django_semaphore.backend.scripting import Pipe, execute
 from django_semaphore.engine.algorithms import ALGORITHMS
 from django_semaphore.engine.algorithms.lua import quiet_release
-from tests.support.helpers import count_round_trips, queue_waiters, wait_until
+from tests.support.helpers import count_round_trips, queue_waiters, server_ms, wait_until
 
 LUA = ALGORITHMS["lua"]
 HOLD_FIRST = 8  # _lib.lua: releases record their hold times until this many are recorded
@@ -160,11 +160,7 @@ def test_a_quiet_release_of_an_expired_lease_says_false(raw_redis):
     lease = sem.acquire()
     assert lease is not None and lease._granted.quiet
 
-    def server_ms():
-        seconds, micros = raw_redis.time()
-        return seconds * 1000 + micros // 1000
-
-    wait_until(lambda: server_ms() > lease.expires_ms, 5, message="the lease expired")
+    wait_until(lambda: server_ms(raw_redis) > lease.expires_ms, 5, message="the lease expired")
     assert raw_redis.zscore(sem.partition().timeouts, lease.identifier) is not None  # not purged yet
     assert lease.release() is False
     assert lease.lost is True
@@ -180,13 +176,9 @@ def test_a_refreshed_quiet_lease_is_live_until_its_new_expiry(raw_redis):
     assert lease is not None and lease._granted.quiet
     granted_until = lease.expires_ms
 
-    def server_ms():
-        seconds, micros = raw_redis.time()
-        return seconds * 1000 + micros // 1000
-
-    wait_until(lambda: server_ms() > lease.acquired_ms + 1000, 5, message="half the lease gone")
+    wait_until(lambda: server_ms(raw_redis) > lease.acquired_ms + 1000, 5, message="half the lease gone")
     assert lease.refresh() is True and lease.expires_ms > granted_until
-    wait_until(lambda: server_ms() > granted_until, 5, message="the grant's expiry passed")
+    wait_until(lambda: server_ms(raw_redis) > granted_until, 5, message="the grant's expiry passed")
     assert lease.release() is True
     assert lease.lost is False
 
