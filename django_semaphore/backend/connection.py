@@ -191,17 +191,20 @@ def socket_timeout(client: Any) -> float | None:
         return None
 
 
-def scan_iter(client: Any, match: str, count: int = 1000) -> Iterator[bytes]:
-    """SCAN on every primary (cluster) or on the one server; never KEYS."""
+def scan_iter(client: Any, match: str, kind: str | None = None, count: int = 1000) -> Iterator[bytes]:
+    """SCAN on every primary (cluster) or on the one server; never KEYS.
+    ``kind``: keys of that type only (SCAN's TYPE, e.g. "zset")."""
     if is_cluster(client):
         for node in client.get_primaries():
-            yield from node.redis_connection.scan_iter(match=match, count=count)
+            yield from node.redis_connection.scan_iter(match=match, count=count, _type=kind)
         return
-    yield from client.scan_iter(match=match, count=count)
+    yield from client.scan_iter(match=match, count=count, _type=kind)
 
 
-async def ascan_iter(client: Any, match: str, count: int = 1000) -> AsyncIterator[bytes]:
+async def ascan_iter(
+    client: Any, match: str, kind: str | None = None, count: int = 1000
+) -> AsyncIterator[bytes]:
     """The asyncio twin of :func:`scan_iter`."""
     # On a cluster, redis-py sends SCAN to every primary and follows each cursor.
-    async for key in client.scan_iter(match=match, count=count):
+    async for key in client.scan_iter(match=match, count=count, _type=kind):
         yield key

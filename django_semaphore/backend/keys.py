@@ -186,10 +186,19 @@ class PartitionKeys:
         return cls(f"{prefix}:{slug(name)}:{{{name_digest or name_hash(name)}.{key_hash}}}:")
 
     @classmethod
-    def from_timeouts_key(cls, key: str | bytes) -> PartitionKeys:
-        """The keys of the partition whose timeout ZSET is ``key`` (found by SCAN)."""
+    def from_timeouts_key(cls, key: str | bytes, prefix: str) -> PartitionKeys:
+        """The keys of the partition whose timeout ZSET is ``key`` (found by SCAN) under
+        ``prefix``; ValueError if ``key`` is not one this package writes there.
+
+        The SCAN pattern (:func:`timeouts_pattern`) also matches keys of a longer
+        prefix (its ``*`` matches ``:``: prefix ``sema`` would find ``sema:other``'s
+        keys) and any stray key ending the same way: only the exact shape,
+        ``<prefix>:<slug>:{<name digest>.<key hash>}:t``, is a partition's.
+        """
         if isinstance(key, bytes):
             key = key.decode("utf-8", "surrogateescape")
+        if not _timeouts_shape(prefix).fullmatch(key):
+            raise ValueError(f"{key!r} is not the timeout key of a partition under {prefix!r}.")
         return cls(key[: -len(TIMEOUTS)])
 
     @property
@@ -263,6 +272,16 @@ class PartitionKeys:
 def _base(prefix: str, name: str, key: object, hashed: bool = False) -> str:
     digest = key if hashed else key_hash(key)
     return f"{prefix}:{slug(name)}:{{{name_hash(name)}.{digest}}}:"
+
+
+@functools.lru_cache(maxsize=64)
+def _timeouts_shape(prefix: str) -> re.Pattern[str]:
+    """The exact shape of a partition's timeout key under ``prefix`` (see :func:`slug`,
+    :func:`name_hash` and :func:`key_hash`)."""
+    return re.compile(
+        rf"{re.escape(prefix)}:[A-Za-z0-9_.-]{{1,{SLUG_LENGTH}}}:"
+        rf"\{{[0-9a-f]{{{2 * NAME_DIGEST_SIZE}}}\.(?:{_KEY_HASH.pattern})\}}:{TIMEOUTS}"
+    )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -38,27 +38,41 @@ class Found:
     partitions: list[PartitionKeys] = field(default_factory=list)
 
 
-def walk(client: Client, pattern: str) -> Iterator[PartitionKeys]:
-    """The partitions whose timeout key matches ``pattern`` (each once), on a sync client."""
+def _partition(raw: bytes, prefix: str, seen: set[str]) -> PartitionKeys | None:
+    """The partition whose timeout key is ``raw``, the first time it is found; None for a
+    key seen before, or one that is not a partition's timeout key under ``prefix``
+    exactly (another prefix that starts with this one, a stray key)."""
+    try:
+        keys = PartitionKeys.from_timeouts_key(raw, prefix)
+    except ValueError:
+        return None
+    if keys.base in seen:
+        return None
+    seen.add(keys.base)
+    return keys
+
+
+def walk(client: Client, pattern: str, prefix: str) -> Iterator[PartitionKeys]:
+    """The partitions under ``prefix`` whose timeout key matches ``pattern`` (each once),
+    on a sync client.  Only ZSETs are scanned: a stray key of another type whose name
+    looks like a timeout key is no partition."""
     seen: set[str] = set()
     try:
-        for raw in connection.scan_iter(client, pattern):
-            keys = PartitionKeys.from_timeouts_key(raw)
-            if keys.base not in seen:
-                seen.add(keys.base)
+        for raw in connection.scan_iter(client, pattern, kind="zset"):
+            keys = _partition(raw, prefix, seen)
+            if keys is not None:
                 yield keys
     except RedisError as exc:
         raise backend_error(client, exc) from exc
 
 
-async def awalk(client: Client, pattern: str) -> AsyncIterator[PartitionKeys]:
+async def awalk(client: Client, pattern: str, prefix: str) -> AsyncIterator[PartitionKeys]:
     """The asyncio twin of :func:`walk`."""
     seen: set[str] = set()
     try:
-        async for raw in connection.ascan_iter(client, pattern):
-            keys = PartitionKeys.from_timeouts_key(raw)
-            if keys.base not in seen:
-                seen.add(keys.base)
+        async for raw in connection.ascan_iter(client, pattern, kind="zset"):
+            keys = _partition(raw, prefix, seen)
+            if keys is not None:
                 yield keys
     except (RedisError, OSError) as exc:  # asyncio connections can raise OSError unwrapped
         raise backend_error(client, exc) from exc
@@ -85,8 +99,12 @@ async def aexpand(found: Iterable[PartitionKeys]) -> list[PartitionKeys]:
     return [part for keys in found for part in await arun(client, within(keys))]
 
 
+def _prefix() -> str:
+    return str(settings.setting("SEMAPHORE_KEY_PREFIX"))
+
+
 def _pattern(name: str | None = None, name_digest: str | None = None) -> str:
-    return timeouts_pattern(settings.setting("SEMAPHORE_KEY_PREFIX"), name, name_digest)
+    return timeouts_pattern(_prefix(), name, name_digest)
 
 
 def partitions(name: str, name_digest: str | None = None) -> list[PartitionKeys]:
@@ -95,19 +113,19 @@ def partitions(name: str, name_digest: str | None = None) -> list[PartitionKeys]
     ``name_digest``: the name's digest when ``name`` is only its start (an
     ad-hoc semaphore's long name as the registry keeps it).
     """
-    return list(walk(connection.get_client(), _pattern(name, name_digest)))
+    return list(walk(connection.get_client(), _pattern(name, name_digest), _prefix()))
 
 
 async def apartitions(name: str) -> list[PartitionKeys]:
     """The asyncio twin of :func:`partitions`."""
-    return [keys async for keys in awalk(connection.get_async_client(), _pattern(name))]
+    return [keys async for keys in awalk(connection.get_async_client(), _pattern(name), _prefix())]
 
 
 def partition(name: str, key_hash: str, name_digest: str | None = None) -> PartitionKeys:
     """The keys of semaphore ``name``'s partition ``key_hash`` (``_`` or a key
     digest, as the admin's forms give it); ValueError if malformed.
     ``name_digest``: as for :func:`partitions`."""
-    return PartitionKeys.for_hash(settings.setting("SEMAPHORE_KEY_PREFIX"), name, key_hash, name_digest)
+    return PartitionKeys.for_hash(_prefix(), name, key_hash, name_digest)
 
 
 def find(names: Iterable[str] | None = None) -> list[Found]:
@@ -125,7 +143,7 @@ def find(names: Iterable[str] | None = None) -> list[Found]:
     groups = {name_hash(name): Found(name, name in configured) for name in wanted}
     # One name: SCAN matches its keys only. Several: one walk over the prefix.
     pattern = _pattern(wanted[0]) if names is not None and len(wanted) == 1 else _pattern()
-    for keys in walk(connection.get_client(), pattern):
+    for keys in walk(connection.get_client(), pattern, _prefix()):
         group = groups.get(keys.name_digest)
         if group is None:
             if names is not None:

@@ -82,13 +82,55 @@ def test_partition_parses_a_key_hash_as_the_admin_gives_it(configured, settings)
 def test_keys_found_by_scan_parse_back(settings):
     settings.SEMAPHORE_KEY_PREFIX = "pre:fix"
     keys = Semaphore("a {name} with: colons", limit=1).partition("{k}")
-    found = PartitionKeys.from_timeouts_key(keys.timeouts.encode())
+    found = PartitionKeys.from_timeouts_key(keys.timeouts.encode(), "pre:fix")
     assert found == keys
     assert (found.slug, found.name_digest, found.key_digest) == (
         "a_name_with_colons",
         keys.partition_hash.split(".")[0],
         keys.partition_hash.split(".")[1],
     )
+
+
+def test_only_keys_of_the_exact_shape_under_the_prefix_parse_back():
+    keys = PartitionKeys.build("pre", "name", "k")
+    assert PartitionKeys.from_timeouts_key(keys.timeouts, "pre") == keys
+    tag = keys.partition_hash
+    for stray in (
+        PartitionKeys.build("pre:other", "name", "k").timeouts,  # a longer prefix
+        PartitionKeys.build("pre", "name", "k").timeouts.replace("pre:", "pref:"),
+        f"pre:name:{{{tag}x}}:t",
+        f"pre:name:{{{tag.upper()}}}:t",
+        f"pre:na me:{{{tag}}}:t",
+        f"pre:{'n' * 41}:{{{tag}}}:t",
+        "pre:name:{x}:t",
+        f"pre:name:{{{tag}}}:t\n",
+        f"pre::{{{tag}}}:t",
+    ):
+        with pytest.raises(ValueError):
+            PartitionKeys.from_timeouts_key(stray, "pre")
+
+
+@pytest.mark.usefixtures("backend")
+def test_discovery_keeps_to_the_prefix_and_to_partition_keys(settings, key_prefix, backend_redis):
+    # SCAN's pattern "<prefix>:*:{*}:t" also matches another prefix that starts with this
+    # one and stray keys: neither is a partition (sema_cleanup rewrote the other prefix's
+    # keys and failed with WRONGTYPE on a string key).
+    settings.SEMAPHORES = {}
+    settings.SEMAPHORE_KEY_PREFIX = f"{key_prefix}:other"
+    other = Semaphore("reports", limit=1, timeout=30)
+    other.acquire()
+    settings.SEMAPHORE_KEY_PREFIX = key_prefix
+    ours = Semaphore("reports", limit=1, timeout=30)
+    ours.acquire()
+    tag = ours.partition().partition_hash.replace("_", "0" * 20)
+    backend_redis.zadd(f"{key_prefix}:stray:{{not-ours}}:t", {"x": 1})
+    backend_redis.set(f"{key_prefix}:string:{{{tag}}}:t", "not a zset")
+
+    assert ours.partitions() == [ours.partition()]
+    assert [(f.name, [k.base for k in f.partitions]) for f in discovery.find()] == [
+        ("reports", [ours.partition().base])
+    ]
+    assert ours.purge_expired() == 0
 
 
 @pytest.mark.usefixtures("backend")

@@ -93,6 +93,24 @@ def test_unconfigured_semaphores_under_the_prefix_are_cleaned(raw_redis, setting
     assert raw_redis.zcard(retired.partition().timeouts) == 0
 
 
+def test_keys_of_a_longer_prefix_and_stray_keys_are_left_alone(backend_redis, key_prefix, settings):
+    # "<prefix>:*:{*}:t" also matches prefix "<prefix>:other": its expired entries are its own.
+    settings.SEMAPHORE_KEY_PREFIX = f"{key_prefix}:other"
+    other = semaphores["quick"]
+    assert other.acquire() and other.acquire()
+    other_timeouts = other.partition().timeouts
+    wait_until_expired(backend_redis, other.partition())
+    settings.SEMAPHORE_KEY_PREFIX = key_prefix
+    tag = semaphores["quick"].partition().partition_hash
+    stray_zset = f"{key_prefix}:x:{{stray}}:t"
+    backend_redis.zadd(stray_zset, {"member": 1})
+    backend_redis.set(f"{key_prefix}:string:{{{tag}}}:t", "not a zset")
+
+    assert run_command("sema_cleanup") == ["Removed 0 expired entries from 3 semaphores."]
+    assert backend_redis.zcard(other_timeouts) == 2
+    assert backend_redis.zcard(stray_zset) == 1
+
+
 def test_ad_hoc_semaphores_are_cleaned_and_their_unused_records_removed(raw_redis):
     adhoc.forget()
     crawler = Semaphore("crawl:er", limit=3, timeout=0.2)
