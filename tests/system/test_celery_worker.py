@@ -66,15 +66,15 @@ def app(broker_url):
 class Worker:
     """``celery worker`` in a process group of its own; ready when its worker_ready record appears."""
 
-    def __init__(self, env, log_path, raw_redis, rec, pool="prefork", concurrency=4):
+    def __init__(self, env, log_path, raw_redis, rec, pool="prefork", concurrency=4, queues=QUEUE):
         self.env, self.log_path, self.raw, self.rec = env, log_path, raw_redis, rec
-        self.pool, self.concurrency = pool, concurrency
+        self.pool, self.concurrency, self.queues = pool, concurrency, queues
         self.process = None
 
     def start(self):
         command = [
             sys.executable, "-m", "celery", "-A", "tests.support.celery_app", "worker",
-            f"--pool={self.pool}", "-c", str(self.concurrency), "-Q", QUEUE,
+            f"--pool={self.pool}", "-c", str(self.concurrency), "-Q", self.queues,
             "-n", f"{QUEUE}-{uuid.uuid4().hex[:4]}@%h",
             "--without-heartbeat", "--without-gossip", "--without-mingle", "-l", "INFO",
         ]  # fmt: skip
@@ -604,3 +604,35 @@ def test_more_tenants_than_a_dispatcher_queues_for_take_turns(app, start_worker,
     assert all(own and holders <= 1 for _, _, holders, own in starts)
     assert int(raw_redis.get(rec("peak"))) == 1
     wait_until(lambda: sem.holders() == [], 10, message="every slot released")
+
+
+def test_a_parked_task_sent_to_another_queue_runs_from_that_queue(app, start_worker, raw_redis, rec):
+    # A task routed to a queue (apply_async(queue=...), @app.task(queue=...)) comes by the
+    # anonymous exchange: it used to be sent again to the default queue once parked, where
+    # no worker of its queue would ever see it.
+    other = f"{QUEUE}-other"
+    start_worker(queues=other)  # consumes only that queue, not the default one
+    held = _hold(app.JOBS, app.LIMIT)
+    (result,) = _park(app, app.job, ["q1"], queue=other)
+    assert parked(app.JOBS.partition())[0]["options"]["queue"] == other
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    _give_back(held[0])
+    assert result.get(timeout=20) == "q1"
+    assert [s[0] for s in _starts(raw_redis, rec)] == ["q1"]
+    _give_back(held[1])
+    wait_until(lambda: app.JOBS.holders() == [], 10, message="every slot released")
+
+
+def test_a_parked_task_keeps_ignore_result(app, start_worker, raw_redis, rec):
+    # apply_async(ignore_result=True) was dropped from the parked message: its run stored a result.
+    start_worker(concurrency=1)  # one process: a task sent after it runs after its result is stored
+    held = _hold(app.JOBS, app.LIMIT)
+    (ignored,) = _park(app, app.job, ["i1"], ignore_result=True)
+    assert parked(app.JOBS.partition())[0]["options"]["ignore_result"] is True
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    _give_back(held[0])
+    wait_until(lambda: raw_redis.lrange(rec("ends"), 0, -1) == [b"i1"], 20, message="i1 ran")
+    assert app.followed.delay("after", tag="next").get(timeout=20) == "after"  # i1's run is over
+    assert ignored.state == "PENDING"  # no result stored
+    _give_back(held[1])
+    wait_until(lambda: app.JOBS.holders() == [], 10, message="every slot released")

@@ -1,9 +1,9 @@
 """Parked tasks: the message of a task that found no slot, kept in Redis until one comes free.
 
 A parked message holds the task's name, id, arguments and the options Celery
-itself sends a request again with (``Task.retry`` does): routing and priority,
-the chain and callbacks that follow, errbacks, chord and group, expiry, time
-limits, the workflow's ids.  It waits in its partition's LIST, in arrival
+itself sends a request again with (``Task.retry`` does): routing (its queue) and
+priority, ``ignore_result``, the chain and callbacks that follow, errbacks,
+chord and group, expiry, time limits, the workflow's ids.  It waits in its partition's LIST, in arrival
 order, and the partition is noted in the registry the dispatchers read.
 """
 
@@ -69,7 +69,8 @@ def message(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], entry: dic
     options = {
         k: v for k, v in request.as_execution_options().items() if v is not None and k not in _NOT_OPTIONS
     }
-    options.update((k, delivery[k]) for k in ("exchange", "routing_key", "priority") if delivery.get(k))
+    options.update(_routing(delivery))
+    options["ignore_result"] = _ignore_result(task, request)
     parked_message = {
         **entry,
         "task": task.name,
@@ -80,6 +81,28 @@ def message(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], entry: dic
         "parked_at": time.time(),
     }
     return dumps(parked_message)
+
+
+def _routing(delivery: dict[str, Any]) -> dict[str, Any]:
+    """Where the request was sent, as Celery's ``Task.signature_from_request`` sends it again:
+    a message routed to a queue came by the anonymous exchange (``''``), so its
+    ``routing_key`` is that queue's name; else its exchange and routing key."""
+    routing: dict[str, Any] = {}
+    if delivery.get("priority") is not None:
+        routing["priority"] = delivery["priority"]
+    exchange, routing_key = delivery.get("exchange"), delivery.get("routing_key")
+    if exchange == "" and routing_key:
+        routing["queue"] = routing_key
+    else:
+        routing.update((k, v) for k, v in (("exchange", exchange), ("routing_key", routing_key)) if v)
+    return routing
+
+
+def _ignore_result(task: Any, request: Any) -> bool:
+    """The request's ``ignore_result`` (``apply_async(ignore_result=...)``), else the task's."""
+    # Only one the message gave, not Context's class default.
+    given = getattr(request, "__dict__", {}).get("ignore_result")
+    return bool(getattr(task, "ignore_result", False) if given is None else given)
 
 
 def expired(parked_message: dict[str, Any], now: float | None = None) -> bool:
