@@ -35,6 +35,11 @@ app.conf.update(
     result_expires=600,
 )
 
+if os.environ.get("SEMAPHORE_CELERY_PARK_TTL"):  # a test of parked tasks kept past their TTL
+    from django_semaphore.contrib.celery import parking
+
+    parking.PARK_TTL = float(os.environ["SEMAPHORE_CELERY_PARK_TTL"])
+
 LIMIT = 2
 #: The semaphore of ``job``: ad-hoc, so the worker needs no SEMAPHORES entry for it.
 JOBS = Semaphore("bg-jobs", limit=LIMIT, timeout=float(os.environ.get("SEMAPHORE_CELERY_TIMEOUT", "10")))

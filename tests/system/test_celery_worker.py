@@ -125,12 +125,13 @@ def rec(key_prefix):
 def start_worker(app, subprocess_env, broker_url, tmp_path, raw_redis, rec):
     workers = []
 
-    def start(total=1, **kwargs):
+    def start(total=1, env=None, **kwargs):
         # The session's settings, with the configured TOTAL semaphore of the fair-share tests.
         env = {
             **subprocess_env,
             "DJANGO_SETTINGS_MODULE": "tests.support.settings_celery",
             "SEMAPHORE_CELERY_TOTAL": str(total),
+            **(env or {}),
         }
         worker = Worker(env, tmp_path / f"worker{len(workers)}.log", raw_redis, rec, **kwargs)
         workers.append(worker)
@@ -636,3 +637,27 @@ def test_a_parked_task_keeps_ignore_result(app, start_worker, raw_redis, rec):
     assert ignored.state == "PENDING"  # no result stored
     _give_back(held[1])
     wait_until(lambda: app.JOBS.holders() == [], 10, message="every slot released")
+
+
+def test_a_backlog_served_for_longer_than_its_ttl_is_kept(app, start_worker, raw_redis, rec):
+    # The parked tasks' TTL (PARK_TTL, a day) was set only by a park: a backlog sent (or
+    # waited for) by the dispatcher for longer than that, with no new park, expired mid-way.
+    # Here PARK_TTL is 1 s in the worker: SHORT's parked tasks are kept 2.5 s (TIMEOUT + 1).
+    start_worker(env={"SEMAPHORE_CELERY_PARK_TTL": "1"})
+    (held,) = _hold(app.SHORT, 1)
+    labels = ["k0", "k1", "k2"]
+    results = []
+    for n, label in enumerate(labels, start=1):
+        results.append(app.short_job.delay(label))
+        wait_until(lambda n=n: len(parked(app.SHORT.partition())) == n, 20, message=f"{label} parked")
+    last_park = time.monotonic()
+    queue = queue_key(app.SHORT.partition())
+    assert 0 < raw_redis.pttl(queue) <= 2500
+    _give_back(held)  # k0 is sent (popped); k1 and k2 wait behind it, served by a dispatcher
+    wait_until(lambda: _starts(raw_redis, rec), 10, message="k0 started")
+    wait_until(lambda: time.monotonic() > last_park + 4, 10, message="twice the TTL since the last park")
+    assert _labels(parked(app.SHORT.partition())) == ["k1", "k2"]
+    assert 0 < raw_redis.pttl(queue) <= 2500
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    assert [r.get(timeout=20) for r in results] == labels
+    assert [s[0] for s in _starts(raw_redis, rec)] == labels

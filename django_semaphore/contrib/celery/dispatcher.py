@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,6 +46,9 @@ LOCK_MS = 1_500
 KEEP_EVERY = 0.25
 #: Seconds a dispatcher thread queues for a slot at a time (then it looks at the list again).
 WAIT = 5.0
+#: At most how long a partition's parked tasks go without their TTL renewed while a
+#: dispatcher serves them (and at most a tenth of that TTL: :func:`parking.ttl_ms`).
+KEEP_TTL_EVERY = 60.0
 #: Partitions that get a waiting dispatcher thread each at a time, per process; beyond
 #: that, the partitions take turns (one task sent each) and the others are polled.
 MAX_WAITING = 32
@@ -83,7 +88,7 @@ def _dispatch(
         if not (_holder_gone(seen) and store.script(store.SWAP_IF, (lock,), seen, token, LOCK_MS)):
             return 0, seen.startswith("w:")  # another is at it
     try:
-        with _kept(lock, token, wait):
+        with _kept(lock, token, wait, lambda: _keep(semaphore, key)):
             return _send_parked(semaphore, key, app, wait, token, more), False
     finally:
         store.script(store.UNLOCK, (lock,), token)
@@ -102,6 +107,7 @@ def _send_parked(
         parked_message = parking.loads(store.text(head))
         if not store.script(store.RENEW_IF, (lock,), token, LOCK_MS):
             return sent  # the lock ran out meanwhile: another dispatcher may be at it
+        _keep(semaphore, key)
         if parking.expired(parked_message) or _revoked(parked_message):
             # Sent without a slot: the worker that receives it revokes it (its
             # result says REVOKED, as for any expired or revoked task).
@@ -118,15 +124,16 @@ def _send_parked(
                 # Not sent: give the slot back (the message stays first in line).
                 Lease.adopt(ticket, verify=False).release()
                 raise
-        store.script(store.POP_IF_HEAD, (queue,), head)
+        store.script(store.POP_IF_HEAD, (queue,), head, parking.ttl_ms(semaphore))
         sent += 1
         if more is not None and not more():
             return sent
 
 
 @contextlib.contextmanager
-def _kept(lock: str, token: str, wait: float) -> Iterator[None]:
-    """Keep ``lock`` while a dispatcher queues for a slot (up to ``wait`` seconds at a time)."""
+def _kept(lock: str, token: str, wait: float, keep_parked: Callable[[], None]) -> Iterator[None]:
+    """Keep ``lock`` while a dispatcher queues for a slot (up to ``wait`` seconds at a time),
+    and the parked tasks it serves (``keep_parked``: their TTL, which a long wait outlasts)."""
     if wait <= 0:
         yield
         return
@@ -137,6 +144,7 @@ def _kept(lock: str, token: str, wait: float) -> Iterator[None]:
             try:
                 if not store.script(store.RENEW_IF, (lock,), token, LOCK_MS):
                     return
+                keep_parked()
             except SemaphoreBackendError:
                 pass  # the dispatcher's own calls fail too, and say so
 
@@ -147,6 +155,26 @@ def _kept(lock: str, token: str, wait: float) -> Iterator[None]:
     finally:
         stop.set()
         keeper.join()
+
+
+#: When this process last renewed each partition's parked tasks (queue key: monotonic time).
+_kept_at: dict[str, float] = {}
+_kept_at_lock = threading.Lock()
+
+
+def _keep(semaphore: Semaphore, key: str | None) -> None:
+    """Renew the TTL of partition ``key``'s parked tasks and of the registry (:func:`parking.keep`)
+    while this process serves them: at most every tenth of that TTL, or KEEP_TTL_EVERY."""
+    queue = store.queue_key(semaphore.partition(key))
+    every = min(KEEP_TTL_EVERY, parking.ttl_ms(semaphore) / 10_000)
+    now = time.monotonic()
+    with _kept_at_lock:
+        if now - _kept_at.get(queue, -math.inf) < every:
+            return
+        if len(_kept_at) >= 10_000:  # partitions come and go: forget them all now and then
+            _kept_at.clear()
+        _kept_at[queue] = now
+    parking.keep(semaphore, key)
 
 
 def _holder_gone(value: str) -> bool:

@@ -23,7 +23,8 @@ from ...engine.semaphore import Semaphore, semaphores
 from ...engine.storage import PartitionKeys
 from . import store
 
-#: How long parked tasks (and the registry) stay in Redis without any write: a day.
+#: How long parked tasks (and the registry) stay in Redis without any park, nor any
+#: dispatcher serving them: a day.
 PARK_TTL = 24 * 3600.0
 
 # Typed handles on kombu's JSON (the task arguments are encoded as Celery encodes them).
@@ -122,10 +123,24 @@ def expired(parked_message: dict[str, Any], now: float | None = None) -> bool:
     return when.timestamp() <= (time.time() if now is None else now)
 
 
+def ttl_ms(semaphore: Semaphore) -> int:
+    """The TTL (ms) of ``semaphore``'s parked tasks and of the registry: :data:`PARK_TTL`,
+    or longer than a slot's TIMEOUT."""
+    return int(max(PARK_TTL, semaphore.config.timeout + 1) * 1000)
+
+
+def keep(semaphore: Semaphore, key: str | None) -> None:
+    """Lengthen the TTL of partition ``key``'s parked tasks and of the registry back to
+    :func:`ttl_ms` (never shorten it): a dispatcher serving them keeps them."""
+    ttl = ttl_ms(semaphore)
+    store.script(store.KEEP, (store.queue_key(semaphore.partition(key)),), ttl)
+    store.script(store.KEEP, (store.registry_key(),), ttl)
+
+
 def park(semaphore: Semaphore, key: str | None, parked_message: str, *, front: bool = False) -> int:
     """Park a task message on its partition (at the back, or ``front``); the number parked there."""
     keys = semaphore.partition(key)
-    ttl = int(max(PARK_TTL, semaphore.config.timeout + 1) * 1000)
+    ttl = ttl_ms(semaphore)
     count = int(
         store.script(store.PUSH, (store.queue_key(keys),), "LPUSH" if front else "RPUSH", parked_message, ttl)
     )

@@ -31,6 +31,7 @@ REGISTRY_SUFFIX = "celery:parked"
 
 PUSH = LuaScript("celery_push")
 POP_IF_HEAD = LuaScript("celery_pop_head")
+KEEP = LuaScript("celery_keep")
 REGISTER = LuaScript("celery_register")
 UNREGISTER = LuaScript("celery_unregister")
 CLAIM_RUN = LuaScript("celery_claim_run")
@@ -42,6 +43,7 @@ UNLOCK = LuaScript("unlock")
 __all__ = [
     "CLAIM_RUN",
     "END_RUN",
+    "KEEP",
     "LOCK_SUFFIX",
     "POP_IF_HEAD",
     "PUSH",

@@ -290,3 +290,20 @@ def test_taking_turns_never_spins(settings, backend_redis, monkeypatch):
         turns.stop()
     for m in outbox.sent:
         Lease.adopt(m["kwargs"][dispatcher.PARKED_KWARG]).release()
+
+
+def test_sending_parked_tasks_renews_their_ttl_and_the_registrys_never_shortens_it(raw_redis, monkeypatch):
+    # The TTL was set only by a park: a backlog sent over more than PARK_TTL expired mid-way.
+    sem = Semaphore("cel-ttl", limit=1, timeout=1)
+    monkeypatch.setattr(parking, "PARK_TTL", 30.0)
+    for n in range(3):
+        park(sem, None, n)
+    queue, registry = store.queue_key(sem.partition()), store.registry_key()
+    raw_redis.pexpire(queue, 1_000)  # as if the last park were a day old (29 s ago here)
+    raw_redis.pexpire(registry, 1_000)
+    monkeypatch.setattr(dispatcher, "_kept_at", {})
+    assert dispatcher.dispatch(sem, None, Outbox()) == 1  # one sent: its slot is the only one
+    assert raw_redis.pttl(queue) > 25_000 and raw_redis.pttl(registry) > 25_000
+    raw_redis.pexpire(queue, 120_000)  # longer (a semaphore with a longer TIMEOUT): left alone
+    assert store.script(store.KEEP, (queue,), 30_000) == 0
+    assert raw_redis.pttl(queue) > 100_000
