@@ -570,8 +570,10 @@ local function grant_total(now, clock, limit, total, out, me)
     local lease = mine and me.lease or CLAIM_MS
     local expires = now + lease
     local token = nil
+    -- Read before the first ZADD, which creates the timeouts ZSET if the
+    -- release emptied it (hold() then gives it its TTL).
+    if not st then st = grant_state(now, clock) end
     if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 1 then
-      if not st then st = grant_state(now, clock) end
       st.numbered = string.sub(rec[2] or '', 1, 1) == '1'
       st.part = part
       st.held = held[part]

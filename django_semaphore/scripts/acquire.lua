@@ -250,6 +250,9 @@ if used < limit and waiting > 0 then
   -- (The "+" count as last counted; "#" and "e" as read: nothing wrote them.)
   local st = grant_state(now, clock, {holders = holders, head = {head[1], extra, head[4]}})
   waiting = waiting - grant_first(st, limit - used, out, limit)
+  -- Served them all: Redis deleted the emptied queue ZSETs, so the watermark
+  -- no longer says their TTL (this caller's ticket creates them again).
+  if waiting == 0 then qmark = nil end
 end
 
 if ticket > 0 and not member and cap and waiting >= cap then

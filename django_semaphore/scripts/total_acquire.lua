@@ -87,14 +87,17 @@ end
 -- caller that enforcing would have refused).
 local function admit(over, out)
   local expires = now + lease
+  -- Read before the ZADD, which creates the timeouts ZSET if it is empty
+  -- (hold() then gives it its TTL).
+  local st = grant_state(now, clock)
   if redis.call('ZADD', KEYS[1], 'NX', expires, id) == 0 then
     local again = held_again(id, now)
     if again then return again end
     drop_record(id)
     counts()
     redis.call('ZADD', KEYS[1], expires, id)
+    st = grant_state(now, clock)  -- (the drop may have changed the "+" count)
   end
-  local st = grant_state(now, clock)
   st.numbered = numbered
   st.part = part
   st.held = held

@@ -29,7 +29,7 @@ from django_semaphore.backend.scripting import Script, execute, run
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest, Granted, Refused
 from django_semaphore.engine.inspection import holders, purge, status
 from django_semaphore.engine.waiting import TICKET_MS
-from tests.support.helpers import count_round_trips, queue_waiters, server_ms, wait_until
+from tests.support.helpers import count_round_trips, expire_now, queue_waiters, server_ms, wait_until
 from tests.support.settings_web import WEB_SEMAPHORES
 
 LUA = ALGORITHMS["lua"]
@@ -116,6 +116,29 @@ def test_a_re_created_key_never_shortens_the_others_ttl(raw_redis):
     print(f"TTL before/after a short-TIMEOUT acquire re-created the HASH: {before} -> {after}")
     _assert_not_shortened(before, after, (time.monotonic() - started) * 1000)
     assert raw_redis.pttl(keys.holds) > (long_lease.expires_ms - int(server_ms(raw_redis))) + 1000 - 5
+
+
+def test_queue_keys_a_refused_caller_re_creates_keep_a_ttl(raw_redis):
+    # A holder's lease ran out (which wakes nobody) while W waited. The next
+    # caller's acquire grants W the free permit (a direct grant), which empties
+    # the queue (Redis deletes its ZSETs), and then queues that caller: the
+    # ZSETs it creates again must get a TTL, or they live for ever once it dies.
+    sem = Semaphore("queue-recreated", limit=1, timeout=LONG)
+    keys = sem.partition()
+    client = connection.get_client()
+
+    def take_ticket(identifier):
+        request = AcquireRequest(identifier, "{}", LONG * 1000, ticket_ms=TICKET_MS)
+        return run(client, LUA.acquire(keys, 1, request))
+
+    holder = sem.acquire()
+    assert isinstance(take_ticket("first-waiter"), Refused)
+    expire_now(raw_redis, keys.timeouts, holder.identifier)
+    assert isinstance(take_ticket("newcomer"), Refused)  # the first waiter is served before it
+    assert raw_redis.hexists(keys.holds, "first-waiter")  # granted its claim
+    assert raw_redis.zcard(keys.queue) == 1  # the newcomer alone
+    for name in (keys.queue, keys.queue_deadlines, keys.waiters):
+        assert raw_redis.pttl(name) > 0, name
 
 
 def test_a_wake_up_list_lives_as_long_as_the_waiters_lease(raw_redis):

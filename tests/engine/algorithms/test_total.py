@@ -8,6 +8,10 @@ import uuid
 import pytest
 
 from django_semaphore import Semaphore, SemaphoreFull
+from django_semaphore.backend import connection
+from django_semaphore.backend.scripting import run
+from django_semaphore.engine.algorithms import AcquireRequest, Refused, algorithm_for
+from django_semaphore.engine.waiting import TICKET_MS
 from tests.support.helpers import expire_now, wait_until
 
 
@@ -131,6 +135,21 @@ def test_every_key_of_a_total_name_has_a_ttl(raw_redis):
     got[0].release()
     for key in raw_redis.scan_iter(match=pattern):
         assert raw_redis.pttl(key) > 0, key
+
+
+def test_the_holders_zset_a_release_re_creates_for_a_waiter_keeps_a_ttl(raw_redis):
+    # The last holder's release empties the name's timeouts ZSET (Redis deletes
+    # it), then grants the waiter of another partition its claim, which creates
+    # the ZSET again: it must get a TTL, or it lives for ever with the claim
+    # of a waiter that died before it came.
+    sem = _sem(limit=1, total=1, timeout=30)
+    a, b = sem.partition("a"), sem.partition("b")
+    held = sem.acquire(key="a")
+    request = AcquireRequest(f"{b.part}/dead-waiter", "{}", 30_000, ticket_ms=TICKET_MS)
+    assert isinstance(run(connection.get_client(), algorithm_for(sem.config).acquire(b, 1, request)), Refused)
+    assert held.release() is True
+    assert raw_redis.zscore(a.timeouts, request.identifier) is not None  # its claim
+    assert raw_redis.pttl(a.timeouts) > 0
 
 
 def test_max_waiters_counts_per_partition():
