@@ -66,8 +66,10 @@ def _claim(
     algorithm: Algorithm, keys: PartitionKeys, timeout_ms: int, identifier: str, granted: Granted
 ) -> Operation[Granted | None]:
     """Turn the claim lease a release granted (half a second) into a lease of the
-    caller's own TIMEOUT: its first refresh.  None if the claim ran out first."""
-    expires = yield from algorithm.refresh(keys, timeout_ms, identifier)
+    caller's own TIMEOUT: its first refresh.  None if the claim ran out first,
+    or if ``granted`` is an earlier grant than the lease's (one whose claim ran
+    out, popped late: the caller looks again, and finds its lease if it has one)."""
+    expires = yield from algorithm.refresh(keys, timeout_ms, identifier, granted.expires_ms)
     if expires is None:
         return None
     granted.expires_ms = int(expires)

@@ -1,5 +1,10 @@
--- Extend a live lease; never re-acquire a lost one. ARGV: identifier, lease ms.
--- Returns the new expiry (ms), or 0 if the slot had been lost.
+-- Extend a live lease; never re-acquire a lost one. ARGV: identifier, lease
+-- ms, and for a waiter's claim (optional) the claim lease's expiry (ms) that
+-- its grant gave: refreshed only if the entry still has it, else the grant
+-- was an earlier one, whose claim ran out (its token and slots are not the
+-- holder's).
+-- Returns the new expiry (ms), or 0 if the slot had been lost (or, for a
+-- claim, it is not that grant's: nothing is changed).
 local id = ARGV[1]
 local now = server_ms()
 local expiry = redis.call('ZSCORE', KEYS[1], id)
@@ -13,6 +18,7 @@ if tonumber(expiry) <= now then
   drop_record(id)
   return 0
 end
+if ARGV[3] and tonumber(expiry) ~= tonumber(ARGV[3]) then return 0 end
 local lease = tonumber(ARGV[2])
 local expires = now + lease
 redis.call('ZADD', KEYS[1], 'XX', expires, id)

@@ -60,6 +60,9 @@ if ticket > 0 then
     if KEYS[8] then redis.call('DEL', KEYS[8]) end
     return again
   end
+  -- Not a holder: a grant still in its wake-up list is one it missed (its
+  -- claim ran out), which it must not take for a later one.
+  if KEYS[8] then redis.call('DEL', KEYS[8]) end
 end
 
 local waiting = purge_waiters(now)

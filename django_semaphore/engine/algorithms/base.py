@@ -170,8 +170,15 @@ class Algorithm(Protocol):
         None when ``payload`` is a bare wake-up (only if :attr:`queues`)."""
         ...
 
-    def refresh(self, keys: PartitionKeys, timeout_ms: int, identifier: str) -> Operation[float | None]:
-        """Extend a live lease by ``timeout_ms``: the new expiry (ms), or None if it was lost."""
+    def refresh(
+        self, keys: PartitionKeys, timeout_ms: int, identifier: str, claim_ms: int | None = None
+    ) -> Operation[float | None]:
+        """Extend a live lease by ``timeout_ms``: the new expiry (ms), or None if it was lost.
+
+        ``claim_ms``: a waiter's claim (a direct grant it turns into its own
+        lease, only if :attr:`queues`): the expiry its grant gave; None as well
+        if the lease no longer has that expiry (the grant was an earlier one,
+        whose claim ran out), and then nothing changes."""
         ...
 
     def abandon(self, keys: PartitionKeys, limit: int, identifier: str) -> Operation[None]:

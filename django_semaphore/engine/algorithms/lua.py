@@ -143,9 +143,15 @@ class Lua:
         """The grant a release pushed to a waiter (see :func:`parse_grant`)."""
         return parse_grant(payload, permits, slots)
 
-    def refresh(self, keys: PartitionKeys, timeout_ms: int, identifier: str) -> Operation[float | None]:
-        """Extend a live lease: the new expiry (ms), or None if the slot was lost."""
-        reply = yield Script(REFRESH, keys.main, (identifier, timeout_ms))
+    def refresh(
+        self, keys: PartitionKeys, timeout_ms: int, identifier: str, claim_ms: int | None = None
+    ) -> Operation[float | None]:
+        """Extend a live lease: the new expiry (ms), or None if the slot was lost
+        (or, for a claim, the grant is not the lease's: see :meth:`Algorithm.refresh`)."""
+        args: tuple[Any, ...] = (identifier, timeout_ms)
+        if claim_ms is not None:
+            args += (claim_ms,)
+        reply = yield Script(REFRESH, keys.main, args)
         return reply or None
 
     def abandon(self, keys: PartitionKeys, limit: int, identifier: str) -> Operation[None]:

@@ -169,7 +169,9 @@ class Basic:
         """None: no queue, nothing is ever pushed to a waiter."""
         return None
 
-    def refresh(self, keys: PartitionKeys, timeout_ms: int, identifier: str) -> Operation[float | None]:
+    def refresh(
+        self, keys: PartitionKeys, timeout_ms: int, identifier: str, claim_ms: int | None = None
+    ) -> Operation[float | None]:
         """Extend the lease, or report it lost: the check and the write are one MULTI.
 
         Expired entries (the caller's own included) are removed first, so
@@ -177,7 +179,8 @@ class Basic:
         ZSCORE after it says which happened: a refresh never reports success
         for a slot lost before it, and never revives an expired entry.  A
         second round trip removes what expired from the owner ZSET and the
-        records (cleaning only: the answer is already decided).
+        records (cleaning only: the answer is already decided).  (``claim_ms``
+        is always None: these variants grant no claims.)
         """
         now = client_ms()
         expires = now + timeout_ms

@@ -26,6 +26,7 @@ from django_semaphore import Semaphore, SemaphoreFull, semaphores
 from django_semaphore.backend import connection
 from django_semaphore.backend.keys import glob_escape
 from django_semaphore.backend.scripting import Script, execute, run
+from django_semaphore.engine import waiting
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest, Granted, Refused
 from django_semaphore.engine.inspection import holders, purge, status
 from django_semaphore.engine.waiting import TICKET_MS
@@ -507,6 +508,41 @@ def test_a_grant_names_the_waiters_its_release_is_likely_to_serve(declared, raw_
     assert check(LUA.release(keys, limit, waiters[0])) is True  # grants w{limit}
     assert _grant_in(raw_redis, keys, waiters[limit]).successors == named(waiters[limit:])
     assert named(waiters[limit:]) == (() if limit == 1 else (waiters[-1],))
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["left-in-its-list", "pushed-late"])
+def test_a_waiter_never_claims_with_a_stale_grant(raw_redis, late):
+    # A waiter stalled past its claim window misses its grant (its claim is
+    # purged, the permit goes to a newcomer); it comes back, queues again, and
+    # the newcomer's release grants it again. Its wake-up list may still hold
+    # the first grant, or a releasing process that stalled between its script
+    # and its push delivers it only now: either way the lease the waiter ends
+    # with is the second grant, whose token the server recorded, above the
+    # newcomer's (fencing tokens increase).
+    keys = Semaphore("stale-grant", limit=1).partition()
+    client = connection.get_client()
+    check = lambda op: run(client, op)  # noqa: E731
+    holder = check(LUA.acquire(keys, 1, AcquireRequest("holder", "{}", 30000)))
+    request = AcquireRequest("stalled", "{}", 30000, ticket_ms=TICKET_MS)
+    queued = check(LUA.acquire(keys, 1, request))
+    assert isinstance(queued, Refused)
+    assert check(LUA.release(keys, 1, "holder", holder)) is True  # the first grant, to the stalled waiter
+    (stale,) = raw_redis.lrange(keys.wake("stalled"), 0, -1)
+    expire_now(raw_redis, keys.timeouts, "stalled")  # it stalls past its claim window
+    newcomer = check(LUA.acquire(keys, 1, AcquireRequest("newcomer", "{}", 30000)))
+    assert isinstance(newcomer, Granted)
+    assert isinstance(check(LUA.acquire(keys, 1, request, queued.ticket)), Refused)  # back, it queues again
+    if late:
+        raw_redis.rpush(keys.wake("stalled"), stale)
+    assert check(LUA.release(keys, 1, "newcomer", newcomer)) is True  # the second grant, to it
+    # Its waiting loop (wait_ops): the grant it pops, its claim; if that fails, it looks again.
+    woken = raw_redis.blpop([keys.wake("stalled")], 1)
+    claimed = check(waiting._claim(LUA, keys, 30000, "stalled", LUA.grant_from(woken[1], 1, False)))
+    if claimed is None:
+        again = check(LUA.acquire(keys, 1, request, queued.ticket))
+        claimed = check(waiting._claim(LUA, keys, 30000, "stalled", again))
+    recorded = int(raw_redis.hget(keys.holds, "stalled").split(b":")[0])
+    assert claimed.token == recorded > newcomer.token
 
 
 def test_a_release_pushes_the_grant_of_the_waiter_it_names_itself(declared, raw_redis):
