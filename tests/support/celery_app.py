@@ -50,6 +50,8 @@ SHORT = Semaphore("bg-short", limit=1, timeout=1.5)
 #: ad-hoc twin, both LIMIT 4 per tenant.
 FAIR_TOTAL = int(os.environ.get("SEMAPHORE_CELERY_TOTAL", "1"))
 ADHOC_FAIR = Semaphore("bg-fair-adhoc", limit=4, timeout=10, total=FAIR_TOTAL)
+#: An ad-hoc ADAPTIVE semaphore: LIMIT 4, but its limit in force is 2 at most (MAX).
+ADAPT = Semaphore("bg-adapt", limit=4, timeout=10, adaptive={"MIN": 1, "MAX": 2})
 RECORD_TTL = 600
 HOLD_LIMIT = 60.0  # a task never waits longer than this for its "go"
 
@@ -113,6 +115,13 @@ def fair_job(label, tenant):
 def adhoc_fair_job(label, tenant):
     """As ``fair_job``, on the ad-hoc TOTAL semaphore."""
     return _body(label, ADHOC_FAIR, None)
+
+
+@app.task(name="tests.adapt_job")
+@semaphore_task(ADAPT, wait=0)
+def adapt_job(label):
+    """A job on the ad-hoc ADAPTIVE semaphore (it parks at once: no WAIT)."""
+    return _body(label, ADAPT, None)
 
 
 @app.task(name="tests.short_job")

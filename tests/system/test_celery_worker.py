@@ -661,3 +661,41 @@ def test_a_backlog_served_for_longer_than_its_ttl_is_kept(app, start_worker, raw
     raw_redis.set(rec("go:all"), "1", ex=600)
     assert [r.get(timeout=20) for r in results] == labels
     assert [s[0] for s in _starts(raw_redis, rec)] == labels
+
+
+def test_parked_tasks_of_an_ad_hoc_adaptive_semaphore_keep_its_limit_in_force(app, worker, raw_redis, rec):
+    # The dispatcher rebuilt an ad-hoc semaphore from LIMIT, TIMEOUT and ALGORITHM only: without
+    # ADAPTIVE it took slots at LIMIT (4) for parked tasks, above the limit in force (2).
+    sem = app.ADAPT
+    assert sem.effective().limit == 2
+    labels = [f"a{i}" for i in range(5)]
+    results = {}
+    for n, label in enumerate(labels, start=1):  # one at a time: the first two run, the others park
+        results[label] = app.adapt_job.delay(label)
+        wait_until(
+            lambda n=n: (
+                len(_starts(raw_redis, rec)) + len(parked(sem.partition())) == n
+                or len(_starts(raw_redis, rec)) > 2
+            ),  # (over the limit: the assertion below says so)
+            20,
+            message=f"{label} started or parked",
+        )
+        assert [s[0] for s in _starts(raw_redis, rec)] == ["a0", "a1"][:n]
+    first_parked = results["a2"].id
+    # The dispatcher queues for a slot on a2's behalf (none free at the limit in force)...
+    wait_until(
+        lambda: (
+            first_parked in {w.meta.get("task_id") for w in sem.waiters()} or len(_starts(raw_redis, rec)) > 2
+        ),
+        20,
+        message="a2's slot queued for",
+    )
+    assert len(_starts(raw_redis, rec)) == 2  # ...instead of sending it at once
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    assert [results[label].get(timeout=30) for label in labels] == labels
+    starts = _starts(raw_redis, rec)
+    assert sorted(s[0] for s in starts) == labels and all(
+        own and holders <= 2 for _, _, holders, own in starts
+    )
+    assert int(raw_redis.get(rec("peak"))) <= 2
+    wait_until(lambda: sem.holders() == [], 10, message="every slot released")

@@ -39,25 +39,54 @@ _NOT_OPTIONS = frozenset({"task_id"})
 
 
 def describe(semaphore: Semaphore, key: str | None) -> dict[str, Any]:
-    """What a dispatcher needs to rebuild ``semaphore`` (ad-hoc ones carry their config)."""
+    """What a dispatcher needs to rebuild ``semaphore`` (ad-hoc ones carry their whole
+    validated configuration: ADAPTIVE, MAX_WAITERS, MODE, SLOTS... as well as LIMIT)."""
     entry: dict[str, Any] = {"name": semaphore.name, "key": key}
     if semaphore.ad_hoc:
         config = semaphore.config
-        entry["adhoc"] = {"limit": config.limit, "timeout": config.timeout, "algorithm": config.algorithm}
+        adhoc: dict[str, Any] = {
+            "limit": config.limit,
+            "timeout": config.timeout,
+            "wait": config.wait,
+            "algorithm": config.algorithm,
+            "mode": config.mode,
+            "max_waiters": config.max_waiters,
+            "slots": config.slots,
+        }
+        # An ad-hoc semaphore's PERMITS and PRIORITY are ints (only settings take callables).
+        adhoc.update((k, v) for k, v in (("permits", config.permits), ("priority", config.priority)) if v)
+        if config.adaptive is not None:
+            adaptive = config.adaptive
+            adhoc["adaptive"] = {
+                "MIN": adaptive.min,
+                "MAX": adaptive.max,
+                "INTERVAL": adaptive.interval,
+                "TOLERANCE": adaptive.tolerance,
+                "MIN_SAMPLES": adaptive.min_samples,
+                "PROBE_INTERVAL": adaptive.probe_interval,
+            }
         if config.total is not None:
-            entry["adhoc"]["total"] = config.total
+            adhoc["total"] = config.total
+        entry["adhoc"] = adhoc
     return entry
 
 
 def rebuild(entry: dict[str, Any]) -> Semaphore:
-    """The semaphore :func:`describe` described."""
+    """The semaphore :func:`describe` described (an older entry's missing options: defaults)."""
     adhoc = entry.get("adhoc")
     if adhoc:
         return Semaphore(
             entry["name"],
             adhoc["limit"],
             adhoc["timeout"],
+            wait=adhoc.get("wait", 0),
             algorithm=adhoc["algorithm"],
+            mode=adhoc.get("mode", "enforce"),
+            max_waiters=adhoc.get("max_waiters"),
+            permits=adhoc.get("permits", 1),
+            priority=adhoc.get("priority", 0),
+            adaptive=adhoc.get("adaptive"),
+            slots=adhoc.get("slots", False),
             total=adhoc.get("total"),
         )
     return semaphores[entry["name"]]

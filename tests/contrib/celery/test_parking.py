@@ -1,5 +1,7 @@
 """contrib.celery.parking: parked messages in Redis, in arrival order, with TTLs."""
 
+import json
+
 import pytest
 
 pytest.importorskip("celery")
@@ -63,3 +65,26 @@ def test_each_partition_of_a_total_name_parks_apart(backend_redis):
         assert field == keys[tenant].own
         assert rebuilt.config.total == 1 and rebuilt.partition(tenant) == keys[tenant]
     assert backend_redis.hlen(store.registry_key()) == 3
+
+
+@pytest.mark.parametrize(
+    "sem",
+    [
+        Semaphore("cel-adapt", limit=4, timeout=10, adaptive={"MIN": 1, "MAX": 2, "MIN_SAMPLES": 3}),
+        Semaphore("cel-opts", limit=3, timeout=5, wait=1.5, mode="dry_run", max_waiters=2, slots=True),
+        Semaphore("cel-sched", limit=3, timeout=5, permits=2, priority=-4, total=6),
+        Semaphore("cel-ria", limit=1, timeout=2, algorithm="fair"),
+    ],
+    ids=["adaptive", "options", "scheduling", "algorithm"],
+)
+def test_an_ad_hoc_semaphore_is_rebuilt_with_its_whole_configuration(sem):
+    # Only LIMIT, TIMEOUT, ALGORITHM and TOTAL were kept: a dispatcher acquired for an ad-hoc
+    # ADAPTIVE semaphore's parked tasks at LIMIT, above the adaptive limit in force.
+    entry = json.loads(json.dumps(parking.describe(sem, "t")))  # as the registry keeps it
+    rebuilt = parking.rebuild(entry)
+    assert rebuilt == sem and rebuilt.config == sem.config
+
+
+def test_an_entry_of_an_older_version_is_rebuilt_with_the_defaults():
+    entry = {"name": "cel-old", "key": None, "adhoc": {"limit": 2, "timeout": 7, "algorithm": "lua"}}
+    assert parking.rebuild(entry) == Semaphore("cel-old", limit=2, timeout=7)
