@@ -6,7 +6,7 @@
 | E002 | an entry is not a dict, or its name is not a non-empty string |
 | E003 | LIMIT missing or not an int from 1 to 1,000,000 (MAX_LIMIT) |
 | E004 | TIMEOUT not a number above 0 and at most 31,536,000 (365 days) |
-| E005 | WAIT not a number >= 0 |
+| E005 | WAIT not an int or float from 0 to 31,536,000 (365 days) |
 | E006 | KEY not None, "ip", "user", "header:<Name>", a callable or a dotted path |
 | E007 | KEY's dotted path cannot be imported or is not callable |
 | E008 | unknown ALGORITHM |
@@ -28,7 +28,7 @@
 | E024 | ADAPTIVE not None or a dict; unknown keys; MIN/MAX not ints; bad INTERVAL, TOLERANCE, MIN_SAMPLES |
 | E025 | ADAPTIVE's MIN above its MAX |
 | E026 | ADAPTIVE's MIN or MAX outside 1..1,000,000 |
-| E027 | (urls) a ``@semaphore`` view names no SEMAPHORES entry, or a key, permits or priority it refuses |
+| E027 | (urls) a ``@semaphore`` view: no such SEMAPHORES entry, or a refused key, wait, permits or priority |
 | E028 | SLOTS not True or False |
 | E029 | TOTAL not None or an int from 1 to 1,000,000 |
 | E030 | TOTAL without KEY (TOTAL shares permits between the partitions KEY makes) |
@@ -85,7 +85,7 @@ def check_guarded_views(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     """E027: every ``@semaphore`` view of the URLconf names a SEMAPHORES entry and
-    passes a ``key``, ``permits`` and ``priority`` that entry accepts (reported
+    passes a ``key``, ``wait``, ``permits`` and ``priority`` that entry accepts (reported
     by ``manage.py check`` and runserver, not at the view's first request)."""
     if _settings_have_errors():
         return []
@@ -136,6 +136,12 @@ def _need_problems(need: Need) -> Iterator[tuple[str, str]]:
         for problem in validation.resolve_key(need.name, need.key)[1]:
             if not problem.warning:
                 yield f"key={need.key!r} is refused ({problem.msg})", problem.hint
+    if need.wait is not None and not validation.is_wait(need.wait):
+        yield (
+            f"wait={validation.shown(need.wait)} is refused: it must be {validation.WAIT_RANGE}.",
+            "Pass how long a request may queue for a slot, e.g. wait=2, or drop the argument "
+            "(the entry's WAIT).",
+        )
     for option, value in (("PERMITS", need.permits), ("PRIORITY", need.priority)):
         if value is None:
             continue

@@ -4,13 +4,16 @@
 import contextlib
 import math
 import time
+from fractions import Fraction
 
 import pytest
 import redis
 from django.core.checks import Error, Info, Warning, run_checks
 from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpResponse
+from django.urls import path
 
-from django_semaphore import Semaphore, semaphores
+from django_semaphore import Semaphore, semaphore, semaphores
 from django_semaphore.backend import connection
 from tests.support.helpers import HOSTILE_LIMITS
 from tests.support.servers import RedisServer, free_port, redis_server_binary
@@ -52,6 +55,13 @@ ENTRY_CASES = [
     ("E004", entry(TIMEOUT=365 * 24 * 3600 + 1)),
     ("E005", entry(WAIT=-1)),
     ("E005", entry(WAIT="1")),
+    # Used to pass, then fail every guarded request (OverflowError, TypeError): a 500.
+    ("E005", entry(WAIT=10**400)),
+    ("E005", entry(WAIT=math.inf)),
+    ("E005", entry(WAIT=math.nan)),
+    ("E005", entry(WAIT=365 * 24 * 3600 + 1)),
+    ("E005", entry(WAIT=Fraction(1, 3))),
+    ("E005", entry(WAIT=True)),
     ("E006", entry(KEY="nope")),
     ("E006", entry(KEY=5)),
     ("E006", entry(KEY="header:")),
@@ -594,6 +604,32 @@ def test_every_guarded_view_of_the_urlconf_is_checked_against_its_entry(settings
     (limit,) = [m for m in messages if "too-many" in m.msg]
     assert "LIMIT 4" in limit.msg and limit.hint == "Ask for at most LIMIT permits, or raise LIMIT."
     assert ours(tags=["urls"]) == messages  # Django's urls tag runs it
+
+
+def _view(request):
+    return HttpResponse("ok")
+
+
+# The URLconf of the next test (ROOT_URLCONF = this module).
+urlpatterns = [
+    path("huge-wait/", semaphore("chk", wait=10**400)(_view)),
+    path("nan-wait/", semaphore("chk", wait=math.nan)(_view)),
+    path("fraction-wait/", semaphore("chk", wait=Fraction(1, 2))(_view)),  # type: ignore[arg-type]
+    path("good-wait/", semaphore("chk", wait=2.5)(_view)),
+]
+
+
+def test_a_wait_the_engine_refuses_is_e027(settings):
+    settings.SEMAPHORES = {"chk": {"LIMIT": 1}}
+    settings.ROOT_URLCONF = __name__
+    messages = ours()
+    assert {m.id for m in messages} == {"django_semaphore.E027"}
+    assert sorted(m.msg.split("(URL ")[1].split(")")[0] for m in messages) == [
+        "'fraction-wait/'",
+        "'huge-wait/'",
+        "'nan-wait/'",
+    ]
+    assert all("31,536,000" in m.msg and m.hint for m in messages)
 
 
 def test_guarded_views_of_good_entries_pass(settings):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -160,7 +159,28 @@ def where(name: object) -> str:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    """An int or a float, not a bool: what the engine computes with (a Fraction or a
+    Decimal is not, and a Fraction used to pass the checks, then fail every call)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+#: What a wait must be, for the messages that refuse one.
+WAIT_RANGE = f"a number (int or float) of seconds from 0 to {MAX_TIMEOUT:,} (365 days)"
+
+
+def is_wait(value: object) -> TypeGuard[float]:
+    """True if ``value`` is a wait: an int or float (not a bool) of seconds from 0 to
+    :data:`MAX_TIMEOUT` (NaN, infinity and 10**400 are not: the engine adds it to a
+    clock).  The one rule for WAIT, ``Semaphore(wait=)``, ``acquire(wait=)`` and the
+    function guard's ``wait``."""
+    return _is_number(value) and 0 <= value <= MAX_TIMEOUT  # type: ignore[operator]
+
+
+def checked_wait(value: object) -> float:
+    """``value`` if it is a wait (:func:`is_wait`); ValueError otherwise."""
+    if is_wait(value):
+        return value
+    raise ValueError(f"wait must be {WAIT_RANGE}, not {shown(value)}.")
 
 
 def is_limit(value: object, minimum: int = 0) -> TypeGuard[int]:
@@ -172,9 +192,12 @@ def is_limit(value: object, minimum: int = 0) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_LIMIT
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
     """``repr(value)``, cut short: a message never echoes a 5,000-digit number whole."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4,300 digits has no repr
+        return "an int of more than 4,300 digits"
     return text if len(text) <= 40 else text[:30] + "…" + text[-5:]
 
 
@@ -185,7 +208,7 @@ def checked_limit(value: object, what: str = "limit") -> int:
     if is_limit(value):
         return value
     raise ValueError(
-        f"{what} must be an int from 0 to {MAX_LIMIT:,} (0 pauses the semaphore), not {_shown(value)}."
+        f"{what} must be an int from 0 to {MAX_LIMIT:,} (0 pauses the semaphore), not {shown(value)}."
     )
 
 
@@ -203,7 +226,7 @@ def limit_from_text(text: object, what: str = "limit") -> int:
         if is_limit(value):
             return value
     raise ValueError(
-        f"{what} must be a whole number from 0 to {MAX_LIMIT:,} (0 pauses the semaphore), not {_shown(text)}."
+        f"{what} must be a whole number from 0 to {MAX_LIMIT:,} (0 pauses the semaphore), not {shown(text)}."
     )
 
 
@@ -261,7 +284,7 @@ def validate_limit(entry: str, value: object) -> Checked[int | None]:
             "django_semaphore.E003",
             f"{entry} has no LIMIT."
             if value is _MISSING
-            else f"{entry}['LIMIT'] is {_shown(value)}; it must be an int from 1 to {MAX_LIMIT:,}.",
+            else f"{entry}['LIMIT'] is {shown(value)}; it must be an int from 1 to {MAX_LIMIT:,}.",
             "Set LIMIT to how many holders may hold the semaphore at once, e.g. 'LIMIT': 2 "
             f"(an int from 1 to {MAX_LIMIT:,}).",
         )
@@ -285,14 +308,15 @@ def validate_timeout(entry: str, value: Any) -> Checked[float]:
 
 
 def validate_wait(entry: str, value: Any) -> Checked[float]:
-    """E005: WAIT, a number of seconds >= 0."""
-    if _is_number(value) and value >= 0:
+    """E005: WAIT, an int or float of seconds from 0 to :data:`MAX_TIMEOUT` (:func:`is_wait`)."""
+    if is_wait(value):
         return value, []
     return 0, [
         Problem(
             "django_semaphore.E005",
-            f"{entry}['WAIT'] is {value!r}; it must be a number of seconds >= 0.",
-            "Set WAIT to how long a caller may queue for a slot (0: refuse at once).",
+            f"{entry}['WAIT'] is {shown(value)}; it must be {WAIT_RANGE}.",
+            "Set WAIT to how long a caller may queue for a slot (0: refuse at once), "
+            f"at most {MAX_TIMEOUT:,} seconds.",
         )
     ]
 
@@ -638,7 +662,7 @@ def validate_adaptive(entry: str, value: object, limit: int | None) -> Checked[A
         return None, [
             Problem(
                 "django_semaphore.E026",
-                f"{entry}['ADAPTIVE'] has MIN {_shown(low)} and MAX {_shown(high)}; both must be "
+                f"{entry}['ADAPTIVE'] has MIN {shown(low)} and MAX {shown(high)}; both must be "
                 f"from 1 to {MAX_LIMIT:,}.",
                 "The adaptive limit stays within [MIN, MAX]: use bounds from 1 (an override of "
                 f"limit 0 pauses a semaphore) to {MAX_LIMIT:,}.",
@@ -681,7 +705,7 @@ def validate_slots(entry: str, value: object) -> Checked[bool]:
     return False, [
         Problem(
             "django_semaphore.E028",
-            f"{entry}['SLOTS'] is {_shown(value)}; it must be True or False.",
+            f"{entry}['SLOTS'] is {shown(value)}; it must be True or False.",
             "Set SLOTS to True to give each holder slot numbers (lease.slots), or False "
             "(the default: lease.slots is () and nothing is spent on them).",
         )
@@ -698,7 +722,7 @@ def validate_total(entry: str, value: object, keyed: bool, ad_hoc: bool = False)
         return None, [
             Problem(
                 "django_semaphore.E029",
-                f"{entry}['TOTAL'] is {_shown(value)}; it must be None or an int from 1 to {MAX_LIMIT:,}.",
+                f"{entry}['TOTAL'] is {shown(value)}; it must be None or an int from 1 to {MAX_LIMIT:,}.",
                 "Set TOTAL to how many permits all the partitions of this semaphore may hold together, "
                 f"e.g. 'TOTAL': 8 (an int from 1 to {MAX_LIMIT:,}), or None for no such bound.",
             )

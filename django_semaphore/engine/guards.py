@@ -38,7 +38,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from ..config.validation import PRIORITY_RANGE, priority_in_range
+from ..config.validation import PRIORITY_RANGE, checked_wait, priority_in_range
 from ..exceptions import SemaphoreBackendError, SemaphoreFull
 from . import watchdog
 from .cancellation import run_to_completion
@@ -183,8 +183,8 @@ class FunctionGuard:
         permits: int = 1,
         priority: int = 0,
     ) -> None:
-        if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0):
-            raise ValueError(f"wait must be a number of seconds >= 0 or None, not {wait!r}.")
+        if wait is not None:
+            checked_wait(wait)
         if refresh is not None and not isinstance(refresh, bool):
             raise ValueError(f"refresh must be True, False or None, not {refresh!r}.")
         if type(permits) is not int or permits < 1:

@@ -36,7 +36,7 @@ from ..backend import connection, forks
 from ..backend.keys import PartitionKeys
 from ..backend.scripting import Call, Client, Flow, Operation, adrive, arun, drive, run
 from ..config import settings
-from ..config.validation import PRIORITY_RANGE, priority_in_range, validate_entry
+from ..config.validation import PRIORITY_RANGE, checked_wait, priority_in_range, validate_entry
 from ..exceptions import RetryAfter, SemaphoreBackendError, SemaphoreFull
 from ..runtime import adaptive, adhoc, control, stats, tally
 from ..runtime.control import Effective
@@ -319,9 +319,7 @@ class Semaphore:
         :func:`~django_semaphore.backend.scripting.adrive` carries out on ``client``."""
         started = time.monotonic()
         config = self.config
-        wait = config.wait if wait is None else wait
-        if not isinstance(wait, (int, float)) or wait < 0:
-            raise ValueError(f"wait must be a number of seconds >= 0, not {wait!r}.")
+        wait = config.wait if wait is None else checked_wait(wait)
         keys = self._keys(config, key)
         # TOTAL: the identifier names the partition, for the scripts.
         identifier = keys.part + "/" + new_identifier() if keys.part else new_identifier()

@@ -4,6 +4,7 @@ semaphores, and the asyncio twin of every method that talks to Redis."""
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 
 import pytest
 
@@ -99,6 +100,24 @@ def test_partitions_are_independent():
 def test_wait_must_not_be_negative():
     with pytest.raises(ValueError):
         Semaphore("w", limit=1).acquire(wait=-1)
+
+
+HOSTILE_WAITS = (10**400, 10**5000, math.inf, math.nan, MAX_TIMEOUT + 1, Fraction(1, 3), True, "1")
+
+
+@pytest.mark.parametrize("wait", HOSTILE_WAITS, ids=lambda w: type(w).__name__)
+def test_a_wait_that_is_not_a_bounded_number_is_a_value_error(wait):
+    # 10**400 and Fraction used to pass, then raise OverflowError / TypeError in the wait loop;
+    # NaN and True were taken as waits.
+    sem = Semaphore("w", limit=1)
+    assert sem.acquire()  # full: a caller would queue
+    with pytest.raises(ValueError, match="31,536,000"):
+        sem.acquire(wait=wait)
+    with pytest.raises(ValueError, match="31,536,000"):
+        sem.guard(wait=wait)
+    with pytest.raises(ValueError, match="WAIT"):
+        Semaphore("w2", limit=1, wait=wait)
+    assert sem.acquire(wait=0) is None and sem.acquire(wait=0.0) is None  # the bounds' own
 
 
 def test_ad_hoc_semaphore_validates_its_arguments():
