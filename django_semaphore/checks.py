@@ -11,7 +11,7 @@
 | E007 | KEY's dotted path cannot be imported or is not callable |
 | E008 | unknown ALGORITHM |
 | E009 | AUTO_REFRESH not a bool |
-| E010 | PATHS not a list of valid regexes |
+| E010 | PATHS not a list of valid str regexes (bytes ones, compiled or not, are refused) |
 | E011 | unknown option in an entry (a typo such as "LIMT") |
 | E012 | URL_NAMES not a list of names |
 | E013 | METHODS not None or a list of HTTP methods |

@@ -3,6 +3,7 @@
 
 import contextlib
 import math
+import re
 import time
 from fractions import Fraction
 
@@ -72,6 +73,10 @@ ENTRY_CASES = [
     ("E009", entry(AUTO_REFRESH="yes")),
     ("E010", entry(PATHS="^/api/")),
     ("E010", entry(PATHS=["("])),
+    # Used to pass, then fail every request through the middleware (a 500).
+    ("E010", entry(PATHS=[b"^/api/"])),
+    ("E010", entry(PATHS=[re.compile(b"^/api/")])),
+    ("E010", entry(PATHS=[5])),
     ("E011", entry(LIMT=3)),
     ("E012", entry(URL_NAMES="reports:export")),
     ("E012", entry(URL_NAMES=[""])),

@@ -429,6 +429,17 @@ def validate_paths(entry: str, value: object) -> Checked[tuple[re.Pattern[str], 
         ]
     paths, problems = [], []
     for pattern in value:
+        # request.path_info is a str: a bytes regex (or a compiled one) would fail every request.
+        if not isinstance(getattr(pattern, "pattern", pattern), str):
+            problems.append(
+                Problem(
+                    "django_semaphore.E010",
+                    f"{entry}['PATHS'] has {shown(pattern)}, which is not a str regex.",
+                    "Write each path regex as a str, e.g. r'^/api/' (not b'^/api/'): it is matched "
+                    "against request.path_info, a str.",
+                )
+            )
+            continue
         try:
             paths.append(re.compile(pattern))
         except (re.error, TypeError) as exc:

@@ -5,6 +5,8 @@ The system checks built on these (tests/test_checks.py) go through Django; these
 call the validators directly.
 """
 
+import re
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -307,3 +309,11 @@ def test_an_entry_with_a_bad_total_stops_the_app(settings):
     refuse_bad_settings()  # silenced: it starts (and the entries raise when used)
     with pytest.raises(ImproperlyConfigured, match="E030"):
         conf.get_config("nokey")
+
+
+def test_paths_take_str_regexes_compiled_or_not_and_refuse_bytes():
+    config, problems = validate_entry("p", {"LIMIT": 1, "PATHS": [r"^/a/", re.compile(r"^/b/")]})
+    assert problems == [] and [p.pattern for p in config.paths] == ["^/a/", "^/b/"]
+    for bad in (b"^/a/", re.compile(b"^/a/"), bytearray(b"^/a/")):
+        config, problems = validate_entry("p", {"LIMIT": 1, "PATHS": [bad]})
+        assert config is None and ids(problems) == ["E010"]
