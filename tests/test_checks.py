@@ -143,6 +143,23 @@ GLOBAL_CASES = [
     ("E017", {"SEMAPHORE_REDIS": {"URL": "http://localhost:6379"}}),
     ("E017", {"SEMAPHORE_REDIS": {"URL": "redis://localhost", "CLUSTER": "yes"}}),
     ("E017", {"SEMAPHORE_REDIS": {"URL": "redis://localhost", "PORT": 1}}),
+    # Used to pass, then fail every call with a TypeError / ValueError (a 500, even fail-open).
+    ("E017", {"SEMAPHORE_REDIS": {"URL": "redis://localhost", "OPTIONS": {"bogus": 1}}}),
+    ("E017", {"SEMAPHORE_REDIS": {"URL": "redis://localhost", "OPTIONS": {"socket_timeout": "abc"}}}),
+    ("E017", {"SEMAPHORE_REDIS": {"URL": "redis://localhost", "OPTIONS": {"socket_connect_timeout": 0}}}),
+    ("E017", {"SEMAPHORE_REDIS": {"URL": "redis://localhost:99999/0"}}),
+    ("E017", {"SEMAPHORE_REDIS": {"URL": "redis://localhost/0?socket_timeout=abc"}}),
+    ("E017", {"SEMAPHORE_REDIS": {"URL": "redis://[::1/0"}}),
+    (
+        "E017",
+        {
+            "SEMAPHORE_REDIS": {
+                "URL": "redis://localhost",
+                "CLUSTER": True,
+                "OPTIONS": {"socket_timeout": "x"},
+            }
+        },
+    ),
     (
         "E017",
         {

@@ -946,6 +946,18 @@ def validate_redis(value: object, caches: Mapping[str, Any]) -> list[Problem]:
                     'Write SEMAPHORE_REDIS = {"URL": "redis://…", "CLUSTER": False}.',
                 )
             ]
+        refused = _redis_connection_problem(url, value.get("OPTIONS", {}), value.get("CLUSTER", False))
+        if refused:
+            return [
+                Problem(
+                    "django_semaphore.E017",
+                    f"SEMAPHORE_REDIS's URL {url!r} and OPTIONS {shown(value.get('OPTIONS', {}))} "
+                    f"are refused by redis-py: {refused}.",
+                    "Fix the URL (host, port 0-65535, query options) and OPTIONS (keyword "
+                    "arguments of redis-py's connections, e.g. {'socket_timeout': 2.0}; timeouts "
+                    "are numbers of seconds > 0).",
+                )
+            ]
         return []
     return [
         Problem(
@@ -954,6 +966,42 @@ def validate_redis(value: object, caches: Mapping[str, Any]) -> list[Problem]:
             'Use a django-redis alias such as "default", or {"URL": "redis://host:6379/0"}.',
         )
     ]
+
+
+#: The connection options that are numbers of seconds (None: no timeout / no health check).
+_SECONDS_OPTIONS = ("socket_timeout", "socket_connect_timeout", "health_check_interval")
+
+
+def _redis_connection_problem(url: str, options: Mapping[str, Any], cluster: bool) -> str | None:
+    """What redis-py refuses in ``url`` and ``options`` (None: nothing), found by building
+    one connection object as the client would, without connecting: a bad port, a bad
+    query option or an unknown keyword used to pass E017, then fail every call with a
+    ValueError or a TypeError (a 500 even under SEMAPHORE_FAIL_OPEN).  A cluster's
+    client passes its nodes only the connection options (and drops the others)."""
+    import redis
+    from redis.cluster import KWARGS_DISABLED_KEYS, REDIS_ALLOWED_KEYS
+
+    # What RedisCluster keeps for its nodes' connections (redis.cluster.cleanup_kwargs).
+    kwargs = {
+        k: v
+        for k, v in options.items()
+        if not cluster or (k in REDIS_ALLOWED_KEYS and k not in KWARGS_DISABLED_KEYS)
+    }
+    try:
+        connection = redis.ConnectionPool.from_url(url, **kwargs).make_connection()
+    except (TypeError, ValueError, redis.RedisError) as exc:
+        return str(exc) or type(exc).__name__
+    for option in _SECONDS_OPTIONS:
+        seconds = getattr(connection, option, None)
+        if seconds is None:
+            continue
+        # A socket timeout of 0 makes the socket non-blocking; a health check interval of 0 is none.
+        zero_ok = option == "health_check_interval"
+        if not (
+            _is_number(seconds) and math.isfinite(seconds) and (seconds > 0 or (zero_ok and seconds == 0))
+        ):
+            return f"{option} is {shown(seconds)}, not a number of seconds {'>=' if zero_ok else '>'} 0"
+    return None
 
 
 def validate_reject_view(value: object) -> list[Problem]:

@@ -23,6 +23,7 @@ from django_semaphore.config.validation import (
     resolve_key,
     validate,
     validate_entry,
+    validate_redis,
 )
 from tests.support.helpers import HOSTILE_LIMIT_TEXTS, HOSTILE_LIMITS
 
@@ -317,3 +318,16 @@ def test_paths_take_str_regexes_compiled_or_not_and_refuse_bytes():
     for bad in (b"^/a/", re.compile(b"^/a/"), bytearray(b"^/a/")):
         config, problems = validate_entry("p", {"LIMIT": 1, "PATHS": [bad]})
         assert config is None and ids(problems) == ["E010"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"URL": "redis://localhost:6379/0", "OPTIONS": {"socket_timeout": 2, "health_check_interval": 0}},
+        {"URL": "rediss://localhost:6380/0", "OPTIONS": {"ssl_cert_reqs": "required"}},
+        {"URL": "unix:///tmp/redis.sock?db=1", "OPTIONS": {"socket_timeout": None}},
+        {"URL": "redis://localhost:7000", "CLUSTER": True, "OPTIONS": {"read_from_replicas": True}},
+    ],
+)
+def test_redis_urls_and_options_redis_py_takes_pass_without_connecting(value):
+    assert ids(validate_redis(value, {})) == []
