@@ -34,6 +34,8 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     result_expires=600,
 )
+if os.environ.get("SEMAPHORE_CELERY_PICKLE"):  # the worker of tests.pickled_job (pickled messages)
+    app.conf.accept_content = ["json", "pickle"]
 
 if os.environ.get("SEMAPHORE_CELERY_PARK_TTL"):  # a test of parked tasks kept past their TTL
     from django_semaphore.contrib.celery import parking
@@ -122,6 +124,14 @@ def adhoc_fair_job(label, tenant):
 def adapt_job(label):
     """A job on the ad-hoc ADAPTIVE semaphore (it parks at once: no WAIT)."""
     return _body(label, ADAPT, None)
+
+
+@app.task(name="tests.pickled_job", serializer="pickle")
+@semaphore_task(JOBS)
+def pickled_job(label, tags):
+    """A task whose messages are pickled: ``tags`` is a set (JSON has none)."""
+    assert isinstance(tags, set)
+    return _body(f"{label}-{'-'.join(sorted(tags))}", JOBS, None)
 
 
 @app.task(name="tests.short_job")

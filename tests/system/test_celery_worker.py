@@ -699,3 +699,25 @@ def test_parked_tasks_of_an_ad_hoc_adaptive_semaphore_keep_its_limit_in_force(ap
     )
     assert int(raw_redis.get(rec("peak"))) <= 2
     wait_until(lambda: sem.holders() == [], 10, message="every slot released")
+
+
+def test_a_parked_task_of_a_pickle_serializer_runs(app, start_worker, raw_redis, rec):
+    # A parked message was always encoded with JSON: a task sent with pickle whose arguments
+    # JSON cannot encode (a set) failed when it had to park, without running.
+    from django_semaphore.contrib.celery import parking
+
+    # A worker that accepts pickle (as root: Celery wants to be told it may).
+    start_worker(env={"SEMAPHORE_CELERY_PICKLE": "1", "C_FORCE_ROOT": "1"})
+    held = _hold(app.JOBS, app.LIMIT)
+    result = app.pickled_job.delay("p1", {"b", "a"})
+    wait_until(lambda: parked(app.JOBS.partition()), 20, message="p1 parked")
+    (message,) = parked(app.JOBS.partition())  # (left encoded: this process accepts JSON only)
+    assert message["body"]["serializer"] == "pickle" and "args" not in message
+    opened = parking.opened(message, {"application/x-python-serialize"})
+    assert opened["args"] == ["p1", {"a", "b"}] and opened["options"]["ignore_result"] is False
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    _give_back(held[0])
+    assert result.get(timeout=20) == "p1-a-b"
+    assert [s[0] for s in _starts(raw_redis, rec)] == ["p1-a-b"]
+    _give_back(held[1])
+    wait_until(lambda: app.JOBS.holders() == [], 10, message="every slot released")

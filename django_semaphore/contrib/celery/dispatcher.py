@@ -193,11 +193,16 @@ def _revoked(parked_message: dict[str, Any]) -> bool:
 
 
 def _send(app: Any, parked_message: dict[str, Any], ticket: str | None) -> None:
+    app = app or current_app
+    body = parked_message.get("body")
+    if isinstance(body, dict):  # encoded by another serializer than JSON: sent again with it
+        parked_message = {**parking.opened(parked_message, parking.accepted(app))}
+        parked_message["options"] = {**parked_message["options"], "serializer": body["serializer"]}
     kwargs = dict(parked_message["kwargs"])
     if ticket is not None:
         kwargs[PARKED_KWARG] = ticket
     # send_task: by name, without the argument check of apply_async (the kwarg above is ours).
-    (app or current_app).send_task(
+    app.send_task(
         parked_message["task"],
         args=parked_message["args"],
         kwargs=kwargs,

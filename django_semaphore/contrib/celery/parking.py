@@ -9,6 +9,7 @@ order, and the partition is noted in the registry the dispatchers read.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import os
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
+from kombu import serialization
 from kombu.utils import json as kombu_json  # Celery's own JSON: dates, UUIDs, decimals
 
 from ...engine.semaphore import Semaphore, semaphores
@@ -30,6 +32,10 @@ PARK_TTL = 24 * 3600.0
 # Typed handles on kombu's JSON (the task arguments are encoded as Celery encodes them).
 loads = cast(Callable[[str], Any], kombu_json.loads)
 dumps = cast(Callable[[Any], str], kombu_json.dumps)
+# And on kombu's serializers (pickle, yaml, msgpack...): (content type, encoding, data).
+_encode = cast(Callable[[Any, str], tuple[str, str, bytes | str]], serialization.dumps)
+_decode = cast(Callable[..., Any], serialization.loads)
+_content_types = cast(Callable[[Any], set[str]], serialization.prepare_accept_content)
 
 #: Set by a park or a release in this process: the dispatcher looks now.
 wake = threading.Event()
@@ -93,7 +99,13 @@ def rebuild(entry: dict[str, Any]) -> Semaphore:
 
 
 def message(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], entry: dict[str, Any]) -> str:
-    """The parked message of ``task``'s request with ``args`` and ``kwargs`` (JSON)."""
+    """The parked message of ``task``'s request with ``args`` and ``kwargs`` (JSON).
+
+    The arguments and options are kept as the request's serializer encodes them
+    (:func:`serializer_of`): under JSON, in the message itself; under another
+    (``pickle``, ``yaml``, ``msgpack``), as its encoded bytes in ``body``, and
+    the task is sent again with that serializer (:func:`opened` decodes them).
+    """
     request = task.request
     delivery = getattr(request, "delivery_info", None) or {}
     options = {
@@ -101,16 +113,55 @@ def message(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any], entry: dic
     }
     options.update(_routing(delivery))
     options["ignore_result"] = _ignore_result(task, request)
-    parked_message = {
-        **entry,
-        "task": task.name,
-        "id": request.id,
-        "args": list(args),
-        "kwargs": kwargs,
-        "options": options,
-        "parked_at": time.time(),
-    }
+    parked_message: dict[str, Any] = {**entry, "task": task.name, "id": request.id, "parked_at": time.time()}
+    serializer = serializer_of(task)
+    if serializer == "json":
+        parked_message.update(args=list(args), kwargs=kwargs, options=options)
+    else:
+        content_type, content_encoding, data = _encode((list(args), kwargs, options), serializer)
+        raw = data if isinstance(data, bytes) else data.encode(content_encoding or "utf-8")
+        parked_message["body"] = {
+            "serializer": serializer,
+            "content_type": content_type,
+            "content_encoding": content_encoding,
+            "data": base64.b64encode(raw).decode("ascii"),
+        }
+        # What the dispatcher reads without decoding: a task that expired while parked is not sent.
+        parked_message["options"] = {k: options[k] for k in ("expires",) if k in options}
     return dumps(parked_message)
+
+
+def serializer_of(task: Any) -> str:
+    """The serializer of ``task``'s request: its content type where the broker says it
+    (AMQP), else the task's ``serializer`` (``task_serializer``), as ``Task.retry`` sends."""
+    properties = getattr(task.request, "properties", None)
+    content_type = properties.get("content_type") if isinstance(properties, dict) else None
+    name = serialization.registry.type_to_name.get(content_type) if content_type else None
+    app = getattr(task, "app", None)
+    default = getattr(getattr(app, "conf", None), "task_serializer", None)
+    return str(name or getattr(task, "serializer", None) or default or "json")
+
+
+def accepted(app: Any) -> set[str]:
+    """The content types Celery app ``app`` accepts (``accept_content``)."""
+    return _content_types(app.conf.accept_content)
+
+
+def opened(parked_message: dict[str, Any], accept: set[str] | None = None) -> dict[str, Any]:
+    """``parked_message`` with its ``args``, ``kwargs`` and ``options`` readable: those a
+    serializer other than JSON encoded (:func:`message`) decoded, if ``accept`` (content
+    types; None: the current Celery app's ``accept_content``) has theirs; else kombu's
+    ContentDisallowed."""
+    body = parked_message.get("body")
+    if not isinstance(body, dict):
+        return parked_message
+    if accept is None:
+        from celery import current_app
+
+        accept = accepted(current_app)
+    data = base64.b64decode(body["data"])
+    args, kwargs, options = _decode(data, body["content_type"], body["content_encoding"], accept=accept)
+    return {**parked_message, "args": args, "kwargs": kwargs, "options": options}
 
 
 def _routing(delivery: dict[str, Any]) -> dict[str, Any]:
@@ -182,9 +233,17 @@ def park(semaphore: Semaphore, key: str | None, parked_message: str, *, front: b
 
 
 def parked(keys: PartitionKeys) -> list[dict[str, Any]]:
-    """The messages of the tasks parked on partition ``keys``, in the order they will be sent."""
+    """The messages of the tasks parked on partition ``keys``, in the order they will be sent
+    (:func:`opened`: arguments this process does not accept stay encoded, in ``body``)."""
     raw = store.command("LRANGE", store.queue_key(keys), 0, -1) or []
-    return [cast(dict[str, Any], loads(store.text(item))) for item in raw]
+    return [_readable(cast(dict[str, Any], loads(store.text(item)))) for item in raw]
+
+
+def _readable(parked_message: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return opened(parked_message)
+    except Exception:  # a content type not accepted here (or undecodable): as it is
+        return parked_message
 
 
 def count(keys: PartitionKeys) -> int:

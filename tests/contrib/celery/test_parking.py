@@ -1,10 +1,13 @@
 """contrib.celery.parking: parked messages in Redis, in arrival order, with TTLs."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("celery")
+
+from kombu.exceptions import ContentDisallowed
 
 from django_semaphore import Semaphore, SemaphoreBackendError
 from django_semaphore.contrib.celery import parking, store
@@ -88,3 +91,48 @@ def test_an_ad_hoc_semaphore_is_rebuilt_with_its_whole_configuration(sem):
 def test_an_entry_of_an_older_version_is_rebuilt_with_the_defaults():
     entry = {"name": "cel-old", "key": None, "adhoc": {"limit": 2, "timeout": 7, "algorithm": "lua"}}
     assert parking.rebuild(entry) == Semaphore("cel-old", limit=2, timeout=7)
+
+
+def _task(properties=None, serializer=None):
+    from celery.app.task import Context
+
+    request = Context(id="id-s", args=(), kwargs={}, delivery_info={}, properties=properties or {})
+    app = SimpleNamespace(conf=SimpleNamespace(task_serializer="json"))
+    return SimpleNamespace(
+        name="app.export", request=request, app=app, serializer=serializer, ignore_result=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("properties", "serializer", "expected"),
+    [
+        ({}, None, "json"),  # the app's task_serializer
+        ({}, "pickle", "pickle"),  # the task's
+        (
+            {"content_type": "application/x-python-serialize"},
+            "json",
+            "pickle",
+        ),  # the message's own (AMQP says it)
+    ],
+)
+def test_a_parked_message_keeps_its_arguments_as_its_serializer_encodes_them(
+    properties, serializer, expected
+):
+    task = _task(properties, serializer)
+    assert parking.serializer_of(task) == expected
+    sem = Semaphore("cel-ser", limit=1, timeout=30)
+    args, kwargs = ("x", ["y", 1]), {"n": {"deep": [1.5]}}
+    found = parking.loads(parking.message(task, args, kwargs, parking.describe(sem, None)))
+    if expected == "json":
+        assert "body" not in found and (found["args"], found["kwargs"]) == (list(args), kwargs)
+        return
+    assert found["body"]["serializer"] == expected and "args" not in found
+    content_type = found["body"]["content_type"]
+    opened = parking.opened(found, {content_type})
+    assert (opened["args"], opened["kwargs"], opened["options"]["ignore_result"]) == (
+        list(args),
+        kwargs,
+        False,
+    )
+    with pytest.raises(ContentDisallowed):  # never decoded unless accepted
+        parking.opened(found, {"application/json"})
