@@ -105,6 +105,12 @@ ENTRY_CASES = [
     ("E024", entry(ADAPTIVE={"MIN": True, "MAX": 4})),
     ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "INTERVAL": 0})),
     ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "INTERVAL": math.inf})),
+    # Used to pass, then crash the control job at every tick (OverflowError).
+    ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "INTERVAL": 1e308})),
+    ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "INTERVAL": 10**400})),
+    ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "PROBE_INTERVAL": 1e308})),
+    ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "PROBE_INTERVAL": 365 * 24 * 3600 + 1})),
+    ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "PROBE_INTERVAL": math.nan})),
     ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "TOLERANCE": 1})),
     ("E024", entry(ADAPTIVE={"MIN": 1, "MAX": 4, "MIN_SAMPLES": 0})),
     ("E025", entry(ADAPTIVE={"MIN": 3, "MAX": 2})),

@@ -626,9 +626,13 @@ def _adaptive_type_problems(entry: str, value: Mapping[Any, Any]) -> list[Proble
             found.append(f"has no {option}")
         elif not _is_int(value[option]):
             found.append(f"has {option} {value[option]!r}, not an int")
+    # INTERVAL and PROBE_INTERVAL go to the controller in milliseconds: at most MAX_TIMEOUT
+    # (1e308 used to pass, then crash the control job at every tick: OverflowError).
     interval = value.get("INTERVAL", ADAPTIVE_DEFAULTS["INTERVAL"])
-    if not (_is_number(interval) and math.isfinite(interval) and interval > 0):
-        found.append(f"has INTERVAL {interval!r}, not a positive number of seconds")
+    if not (_is_number(interval) and 0 < interval <= MAX_TIMEOUT):
+        found.append(
+            f"has INTERVAL {shown(interval)}, not a number of seconds above 0 and at most {MAX_TIMEOUT:,}"
+        )
     tolerance = value.get("TOLERANCE", ADAPTIVE_DEFAULTS["TOLERANCE"])
     if not (_is_number(tolerance) and math.isfinite(tolerance) and tolerance > 1):
         found.append(f"has TOLERANCE {tolerance!r}, not a number > 1")
@@ -636,8 +640,8 @@ def _adaptive_type_problems(entry: str, value: Mapping[Any, Any]) -> list[Proble
     if not (_is_int(min_samples) and min_samples >= 1):
         found.append(f"has MIN_SAMPLES {min_samples!r}, not an int >= 1")
     probe = value.get("PROBE_INTERVAL", ADAPTIVE_DEFAULTS["PROBE_INTERVAL"])
-    if not (_is_number(probe) and math.isfinite(probe) and probe >= 0):
-        found.append(f"has PROBE_INTERVAL {probe!r}, not a number of seconds >= 0")
+    if not (_is_number(probe) and 0 <= probe <= MAX_TIMEOUT):
+        found.append(f"has PROBE_INTERVAL {shown(probe)}, not a number of seconds from 0 to {MAX_TIMEOUT:,}")
     if not found:
         return []
     return [
@@ -645,8 +649,9 @@ def _adaptive_type_problems(entry: str, value: Mapping[Any, Any]) -> list[Proble
             "django_semaphore.E024",
             f"{where_} {'; '.join(found)}.",
             "Write ADAPTIVE as {'MIN': 1, 'MAX': 64} (ints), optionally with INTERVAL (seconds > 0, "
-            "default 1.0), TOLERANCE (> 1, default 1.25), MIN_SAMPLES (int >= 1, default 10) and "
-            "PROBE_INTERVAL (seconds >= 0, default 60; 0: no periodic probe).",
+            f"default 1.0), TOLERANCE (> 1, default 1.25), MIN_SAMPLES (int >= 1, default 10) and "
+            f"PROBE_INTERVAL (seconds >= 0, default 60; 0: no periodic probe); the intervals are at "
+            f"most {MAX_TIMEOUT:,} seconds (365 days).",
         )
     ]
 

@@ -402,6 +402,9 @@ def test_a_configured_adaptive_semaphore(settings):
         ({"MIN": 0, "MAX": 2}, "from 1 to 1,000,000"),
         ({"MIN": 1, "MAX": 2, "TOLERANCE": 1}, "TOLERANCE"),
         ({"MIN": 1, "MAX": 2, "STEP": 1}, "unknown"),
+        # Used to be taken, then crash the control job at every tick (OverflowError).
+        ({"MIN": 1, "MAX": 2, "INTERVAL": 1e308}, "INTERVAL 1e\\+308"),
+        ({"MIN": 1, "MAX": 2, "PROBE_INTERVAL": 1e308}, "PROBE_INTERVAL 1e\\+308"),
     ],
 )
 def test_a_bad_ad_hoc_adaptive_is_a_value_error(options, words):
