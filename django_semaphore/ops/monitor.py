@@ -405,6 +405,14 @@ def partition_keys(sem: Semaphore, key_hash: str, name_digest: str | None = None
     return discovery.partition(sem.name, key_hash, name_digest)
 
 
+def checked_max_partitions(value: object) -> int:
+    """``value`` if it is a number of partitions to list (an int >= 1); ValueError otherwise
+    (0 or a negative one used to cut the list wrongly and report false figures)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError(f"max_partitions must be an int >= 1, not {value!r}.")
+
+
 def read_semaphore(
     name: str,
     key_hash: str | None = None,
@@ -425,6 +433,7 @@ def read_semaphore(
     Redis fails; a semaphore whose settings are invalid (or unknown) gets
     ``error`` set instead.
     """
+    checked_max_partitions(max_partitions)
     summary = SemaphoreSummary(name)
     try:
         config = settings.get_config(name)
@@ -479,6 +488,7 @@ def read_ad_hoc(
 ) -> SemaphoreSummary:
     """A :class:`SemaphoreSummary` (``ad_hoc``) of the ad-hoc semaphore that ``entry`` records:
     its live partitions only, found by its name's digest (a name may have been cut)."""
+    checked_max_partitions(max_partitions)
     summary = SemaphoreSummary(entry.name, ad_hoc=True, ident=entry.ident)
     try:
         sem = ad_hoc_semaphore(entry)
@@ -542,6 +552,7 @@ def read_all(max_partitions: int = MAX_PARTITIONS, with_holders: bool = False) -
     One SCAN finds the partitions of all of them; one read of the registry
     names the ad-hoc ones (partitions of a semaphore in neither are left out).
     """
+    checked_max_partitions(max_partitions)
     groups = discovery.find()
     summaries = [
         read_semaphore(g.name, None, max_partitions, with_holders, g.partitions)

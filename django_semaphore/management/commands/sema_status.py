@@ -4,7 +4,8 @@ The terminal twin of the admin pages: the configured semaphores, then the
 ad-hoc ones in use (LIMIT FROM "ad hoc").  A semaphore with TOTAL has a line
 ``(total)`` first: the total in force in the LIMIT column and every partition's
 use together, then one line per partition that holds permits or has waiters.  Exit codes: 0 done, 1 Redis
-failed, 2 NAME is neither in SEMAPHORES nor an ad-hoc semaphore in use.
+failed, 2 NAME is neither in SEMAPHORES nor an ad-hoc semaphore in use (or ``--max-partitions``
+is below 1).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class Command(BaseCommand):
             "--max-partitions",
             type=int,
             default=monitor.MAX_PARTITIONS,
-            help=f"Partitions listed per semaphore, busiest first. Default: {monitor.MAX_PARTITIONS}.",
+            help="Partitions listed per semaphore, busiest first (an int >= 1). "
+            f"Default: {monitor.MAX_PARTITIONS}.",
         )
 
     def handle(
@@ -73,6 +75,10 @@ class Command(BaseCommand):
         max_partitions: int = monitor.MAX_PARTITIONS,
         **options: Any,
     ) -> None:
+        try:
+            monitor.checked_max_partitions(max_partitions)
+        except ValueError as exc:
+            raise CommandError(f"--max-partitions: {exc}", returncode=2)
         try:
             if name is not None and name not in semaphores and monitor.find_ad_hoc(name) is None:
                 raise CommandError(

@@ -4,6 +4,7 @@ import pytest
 from django.core.management import CommandError
 
 from django_semaphore import Semaphore, semaphores
+from django_semaphore.ops import monitor
 from django_semaphore.runtime import adhoc, stats
 from tests.support.helpers import run_command
 
@@ -77,6 +78,21 @@ def test_status_unknown_name():
     with pytest.raises(CommandError, match="Unknown semaphore 'nope'") as info:
         run_command("sema_status", "nope")
     assert info.value.returncode == 2
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "-100"])
+def test_max_partitions_below_one_is_a_command_error(value):
+    # Used to be taken: 0 listed no partition and -1 one fewer, with false "more" figures.
+    Semaphore("per-ip").acquire(key="10.0.0.1")
+    for args, options in (((f"--max-partitions={value}",), {}), ((), {"max_partitions": int(value)})):
+        with pytest.raises(CommandError, match="max_partitions must be an int >= 1") as info:
+            run_command("sema_status", *args, **options)
+        assert info.value.returncode == 2
+    with pytest.raises(ValueError, match="max_partitions"):
+        monitor.read_all(int(value))
+    with pytest.raises(ValueError, match="max_partitions"):
+        monitor.read_semaphore("per-ip", None, int(value))
+    assert run_command("sema_status", "--max-partitions=1")  # the least
 
 
 def test_ad_hoc_semaphores_in_use_are_listed_and_shown():
