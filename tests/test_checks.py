@@ -140,6 +140,9 @@ GLOBAL_CASES = [
     ("E014", {"SEMAPHORE_KEY_PREFIX": "has space"}),
     ("E014", {"SEMAPHORE_KEY_PREFIX": "glob*"}),
     ("E014", {"SEMAPHORE_KEY_PREFIX": "x" * 65}),
+    ("E014", {"SEMAPHORE_KEY_PREFIX": "é" * 33}),  # 66 bytes: used to pass (33 characters)
+    ("E014", {"SEMAPHORE_KEY_PREFIX": "\U0001f512" * 17}),  # 68 bytes
+    ("E014", {"SEMAPHORE_KEY_PREFIX": "a\ud800"}),  # not UTF-8 at all
     ("E014", {"SEMAPHORE_KEY_PREFIX": 5}),
     ("E015", {"SEMAPHORE_FAIL_OPEN": "no"}),
     ("E016", {"SEMAPHORE_REJECT_VIEW": "no_such_module.view"}),

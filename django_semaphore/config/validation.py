@@ -861,12 +861,22 @@ def validate_entry(
 # -- the global settings -------------------------------------------------------------------
 
 
+def _utf8_length(text: str) -> int:
+    """How many bytes ``text`` takes in a Redis key (UTF-8); more than any limit if it
+    cannot be encoded (a lone surrogate)."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return MAX_PREFIX_LENGTH + 1
+
+
 def validate_key_prefix(value: object) -> list[Problem]:
-    """E014: SEMAPHORE_KEY_PREFIX, short, non-empty, no braces, spaces or glob characters."""
+    """E014: SEMAPHORE_KEY_PREFIX, short (in UTF-8 bytes, as in the keys), non-empty, no
+    braces, spaces or glob characters."""
     if (
         isinstance(value, str)
         and value
-        and len(value) <= MAX_PREFIX_LENGTH
+        and _utf8_length(value) <= MAX_PREFIX_LENGTH
         and not _PREFIX_FORBIDDEN.search(value)
     ):
         return []
@@ -874,7 +884,7 @@ def validate_key_prefix(value: object) -> list[Problem]:
         Problem(
             "django_semaphore.E014",
             f"SEMAPHORE_KEY_PREFIX is {value!r}; it must be a non-empty string of at most "
-            f"{MAX_PREFIX_LENGTH} characters without braces, spaces or glob characters.",
+            f"{MAX_PREFIX_LENGTH} bytes in UTF-8 without braces, spaces or glob characters.",
             'Use a short plain prefix such as "sema" or "myproject:sema".',
         )
     ]

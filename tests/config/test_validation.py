@@ -23,6 +23,7 @@ from django_semaphore.config.validation import (
     resolve_key,
     validate,
     validate_entry,
+    validate_key_prefix,
     validate_redis,
 )
 from tests.support.helpers import HOSTILE_LIMIT_TEXTS, HOSTILE_LIMITS
@@ -331,3 +332,9 @@ def test_paths_take_str_regexes_compiled_or_not_and_refuse_bytes():
 )
 def test_redis_urls_and_options_redis_py_takes_pass_without_connecting(value):
     assert ids(validate_redis(value, {})) == []
+
+
+def test_the_key_prefix_is_measured_in_utf8_bytes():
+    assert validate_key_prefix("é" * 32) == []  # 64 bytes
+    assert ids(validate_key_prefix("é" * 32 + "x")) == ["E014"]  # 65 bytes, 33 characters
+    assert validate_key_prefix("x" * 64) == []
