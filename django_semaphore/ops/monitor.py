@@ -24,12 +24,14 @@ figures against the TOTAL in force apart (``SemaphoreSummary.whole``).
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
+from redis.exceptions import ResponseError
 
 from ..backend import connection
 from ..backend.keys import UNPARTITIONED, WHOLE_NAME, PartitionKeys
@@ -41,9 +43,12 @@ from ..engine.algorithms import ALGORITHMS, Algorithm
 from ..engine.discovery import Found
 from ..engine.inspection import Holder, PartitionStatus, Waiter
 from ..engine.semaphore import Semaphore
+from ..exceptions import SemaphoreBackendError
 from ..runtime import adaptive, adhoc, stats
 from ..runtime.control import Effective
 from ..runtime.stats import Recent
+
+logger = logging.getLogger("django_semaphore.ops.monitor")
 
 #: How many partitions of one semaphore an overview reads (busiest first).
 MAX_PARTITIONS = 100
@@ -605,4 +610,14 @@ def cleanup(found: Found, dry_run: bool = False, algorithm_name: str | None = No
         except ImproperlyConfigured:
             pass
     client = connection.get_client()
-    return sum(run(client, inspection.purge(keys, algorithm, dry_run)) for keys in found.partitions)
+    removed = 0
+    for keys in found.partitions:
+        try:
+            removed += run(client, inspection.purge(keys, algorithm, dry_run))
+        except SemaphoreBackendError as exc:
+            # A partition one of whose keys another writer replaced with a value of
+            # another type: skipped (and logged), not the end of the cleanup.
+            if not (isinstance(exc.__cause__, ResponseError) and str(exc.__cause__).startswith("WRONGTYPE")):
+                raise
+            logger.warning("Skipped the partition %s: %s", keys.base, exc.__cause__)
+    return removed

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError
 
 from django_semaphore import Semaphore, semaphores
-from django_semaphore.backend.keys import adhoc_key, name_hash
+from django_semaphore.backend.keys import PartitionKeys, adhoc_key, name_hash
 from django_semaphore.config import settings as conf
 from django_semaphore.runtime import adhoc, stats
 from tests.support.helpers import run_command, wait_until_expired
@@ -109,6 +109,22 @@ def test_keys_of_a_longer_prefix_and_stray_keys_are_left_alone(backend_redis, ke
     assert run_command("sema_cleanup") == ["Removed 0 expired entries from 3 semaphores."]
     assert backend_redis.zcard(other_timeouts) == 2
     assert backend_redis.zcard(stray_zset) == 1
+
+
+def test_a_partition_with_a_key_of_the_wrong_type_is_skipped(backend_redis, key_prefix, caplog):
+    # A partition's timeout ZSET beside an owner "ZSET" that is a string: its purge fails with
+    # WRONGTYPE; the cleanup used to end there (exit code 1), leaving every other partition.
+    broken = PartitionKeys.build(key_prefix, "broken")
+    backend_redis.zadd(broken.timeouts, {"gone": 1})  # expired long ago
+    backend_redis.set(broken.owners, "not a zset")
+    quick = semaphores["quick"]
+    assert quick.acquire() and quick.acquire()
+    wait_until_expired(backend_redis, quick.partition())
+
+    lines = run_command("sema_cleanup", verbosity=2)
+    assert "quick: removed 2 expired entries from 1 partitions." in lines
+    assert lines[-1] == "Removed 2 expired entries from 4 semaphores."
+    assert f"Skipped the partition {broken.base}" in caplog.text and "WRONGTYPE" in caplog.text
 
 
 def test_ad_hoc_semaphores_are_cleaned_and_their_unused_records_removed(raw_redis):
