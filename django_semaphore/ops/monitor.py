@@ -617,7 +617,8 @@ def cleanup(found: Found, dry_run: bool = False, algorithm_name: str | None = No
         except SemaphoreBackendError as exc:
             # A partition one of whose keys another writer replaced with a value of
             # another type: skipped (and logged), not the end of the cleanup.
-            if not (isinstance(exc.__cause__, ResponseError) and str(exc.__cause__).startswith("WRONGTYPE")):
+            # (Redis 6.2 wraps a script's error: "Error running script ...: WRONGTYPE ...".)
+            if not (isinstance(exc.__cause__, ResponseError) and "WRONGTYPE" in str(exc.__cause__)):
                 raise
             logger.warning("Skipped the partition %s: %s", keys.base, exc.__cause__)
     return removed
