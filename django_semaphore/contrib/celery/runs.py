@@ -9,6 +9,7 @@ run of a ``semaphore_task`` therefore *claims* its task id in Redis before it
 takes, adopts or parks a slot (``celery_claim_run.lua``):
 
 * nothing there: the run claims it, as ``run:<host>:<pid>:<nonce>:<lease>``
+  (``<host>``: :func:`host_identity`)
   with a short TTL that a thread of the running process renews every second
   (the heartbeat: a run whose process died lets go within
   :data:`HEARTBEAT_MS`);
@@ -26,6 +27,7 @@ delivery or retry of the task runs.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
@@ -49,7 +51,28 @@ DONE_TTL = 3600.0
 POLL = 0.05
 
 DONE = "done"
-HOST = socket.gethostname()
+
+
+def host_identity() -> str:
+    """The host as this process's claims name it (no ``:``): its hostname and, on
+    Linux, a digest of the kernel's boot id and of this process's PID namespace.
+
+    ``os.kill`` reaches only the processes of one PID namespace, and containers
+    that share the host's network (``docker --network host``, Kubernetes
+    ``hostNetwork``) share its hostname too: without the namespace, a worker
+    would find a live run of another container "gone" (its pid means nothing
+    here) and run the task again beside it.  The boot id tells hosts apart
+    that have the same hostname and namespace numbers."""
+    name = socket.gethostname().replace(":", "_")
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot:
+            seen = f"{boot.read().strip()}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:  # not Linux, or no /proc: the hostname alone
+        return name
+    return f"{name}/{hashlib.blake2b(seen.encode(), digest_size=6).hexdigest()}"
+
+
+HOST = host_identity()
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,38 @@ def test_a_run_of_a_dead_process_on_this_host_is_taken_over_at_once(keys, backen
     runs.end(run, done=True)
 
 
+def test_a_run_in_another_pid_namespace_of_this_host_is_never_taken_for_dead(
+    keys, quick, backend_redis, subprocess_env
+):
+    # Containers that share the host's network share its hostname, not its PIDs:
+    # a run there names a pid that here is no process (or another one). It must
+    # be waited out like a run on another host, never taken over at once.
+    other = subprocess.run(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            sys.executable,
+            "-c",
+            "import django; django.setup(); "
+            "from django_semaphore.contrib.celery import runs; print(runs.HOST)",
+        ],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
+    assert other != runs.HOST and other.split("/")[0] == runs.HOST.split("/")[0]  # same hostname
+    no_process_here = subprocess.Popen([sys.executable, "-c", "pass"])
+    no_process_here.wait()
+    claimant = f"run:{other}:{no_process_here.pid}:abc:lease-a"
+    backend_redis.set(store.run_key(keys, "t-ns"), claimant, px=60_000)
+    assert runs.claim(keys, "t-ns", "lease-b") == runs.Duplicate(done=False, identifier="lease-a")
+    assert backend_redis.get(store.run_key(keys, "t-ns")).decode() == claimant
+
+
 def test_the_heartbeat_keeps_a_live_runs_claim(keys, quick, backend_redis):
     run = runs.claim(keys, "t-6")
     key = store.run_key(keys, "t-6")
