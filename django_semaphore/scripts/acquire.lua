@@ -252,10 +252,18 @@ local out = {0, 0, ahead, 0, '', 0}
 if used < limit and waiting > 0 then
   -- (The "+" count as last counted; "#" and "e" as read: nothing wrote them.)
   local st = grant_state(now, clock, {holders = holders, head = {head[1], extra, head[4]}})
-  waiting = waiting - grant_first(st, limit - used, out, limit)
+  local served = grant_first(st, limit - used, out, limit)
+  waiting = waiting - served
   -- Served them all: Redis deleted the emptied queue ZSETs, so the watermark
   -- no longer says their TTL (this caller's ticket creates them again).
   if waiting == 0 then qmark = nil end
+  if served > 0 then
+    -- They were ahead of this caller (the head of the queue), and their claim
+    -- leases may be the first to end.
+    ahead = math.max(0, ahead - served)
+    out[3] = ahead
+    expiry = nil
+  end
 end
 
 if ticket > 0 and not member and cap and waiting >= cap then

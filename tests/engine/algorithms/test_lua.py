@@ -142,6 +142,22 @@ def test_queue_keys_a_refused_caller_re_creates_keep_a_ttl(raw_redis):
         assert raw_redis.pttl(name) > 0, name
 
 
+def test_a_refused_callers_place_leaves_out_the_waiters_its_own_acquire_served(raw_redis):
+    # As above: the newcomer's acquire grants the first waiter the permit whose
+    # lease ran out, then queues. Nobody is ahead of it any more: its place (and
+    # Retry-After, which counts the holds ahead) must not count that waiter.
+    sem = Semaphore("queue-place", limit=1, timeout=LONG)
+    keys = sem.partition()
+    client = connection.get_client()
+    holder = sem.acquire()
+    request = AcquireRequest("first-waiter", "{}", LONG * 1000, ticket_ms=TICKET_MS)
+    assert run(client, LUA.acquire(keys, 1, request)).ahead == 0
+    expire_now(raw_redis, keys.timeouts, holder.identifier)
+    refused = run(client, LUA.acquire(keys, 1, dataclasses.replace(request, identifier="newcomer")))
+    assert raw_redis.hexists(keys.holds, "first-waiter")  # served by the newcomer's acquire
+    assert isinstance(refused, Refused) and refused.ahead == 0
+
+
 def test_a_wake_up_list_lives_as_long_as_the_waiters_lease(raw_redis):
     # API: every key has a TTL of at least TIMEOUT + 1 s (the wake-up lists
     # had a flat 10 s). A waiter that does not read its wake-up at once (a
