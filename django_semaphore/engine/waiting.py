@@ -69,7 +69,7 @@ def _claim(
     caller's own TIMEOUT: its first refresh.  None if the claim ran out first,
     or if ``granted`` is an earlier grant than the lease's (one whose claim ran
     out, popped late: the caller looks again, and finds its lease if it has one)."""
-    expires = yield from algorithm.refresh(keys, timeout_ms, identifier, granted.expires_ms)
+    expires = yield from algorithm.refresh(keys, timeout_ms, identifier, granted.token)
     if expires is None:
         return None
     granted.expires_ms = int(expires)

@@ -171,14 +171,14 @@ class Algorithm(Protocol):
         ...
 
     def refresh(
-        self, keys: PartitionKeys, timeout_ms: int, identifier: str, claim_ms: int | None = None
+        self, keys: PartitionKeys, timeout_ms: int, identifier: str, claim_token: int | None = None
     ) -> Operation[float | None]:
         """Extend a live lease by ``timeout_ms``: the new expiry (ms), or None if it was lost.
 
-        ``claim_ms``: a waiter's claim (a direct grant it turns into its own
-        lease, only if :attr:`queues`): the expiry its grant gave; None as well
-        if the lease no longer has that expiry (the grant was an earlier one,
-        whose claim ran out), and then nothing changes."""
+        ``claim_token``: a waiter's claim (a direct grant it turns into its own
+        lease, only if :attr:`queues`): the fencing token its grant gave; None
+        as well if the holder's record has another (the grant was an earlier
+        one, whose claim ran out), and then nothing changes."""
         ...
 
     def abandon(self, keys: PartitionKeys, limit: int, identifier: str) -> Operation[None]:

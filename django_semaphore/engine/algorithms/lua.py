@@ -144,13 +144,13 @@ class Lua:
         return parse_grant(payload, permits, slots)
 
     def refresh(
-        self, keys: PartitionKeys, timeout_ms: int, identifier: str, claim_ms: int | None = None
+        self, keys: PartitionKeys, timeout_ms: int, identifier: str, claim_token: int | None = None
     ) -> Operation[float | None]:
         """Extend a live lease: the new expiry (ms), or None if the slot was lost
         (or, for a claim, the grant is not the lease's: see :meth:`Algorithm.refresh`)."""
         args: tuple[Any, ...] = (identifier, timeout_ms)
-        if claim_ms is not None:
-            args += (claim_ms,)
+        if claim_token is not None:
+            args += (claim_token,)
         reply = yield Script(REFRESH, keys.main, args)
         return reply or None
 

@@ -170,7 +170,7 @@ class Basic:
         return None
 
     def refresh(
-        self, keys: PartitionKeys, timeout_ms: int, identifier: str, claim_ms: int | None = None
+        self, keys: PartitionKeys, timeout_ms: int, identifier: str, claim_token: int | None = None
     ) -> Operation[float | None]:
         """Extend the lease, or report it lost: the check and the write are one MULTI.
 
@@ -179,7 +179,7 @@ class Basic:
         ZSCORE after it says which happened: a refresh never reports success
         for a slot lost before it, and never revives an expired entry.  A
         second round trip removes what expired from the owner ZSET and the
-        records (cleaning only: the answer is already decided).  (``claim_ms``
+        records (cleaning only: the answer is already decided).  (``claim_token``
         is always None: these variants grant no claims.)
         """
         now = client_ms()
