@@ -94,8 +94,11 @@ class RuntimeControlForm(forms.Form):
 
     Shown filled with the values in force; only the fields changed are
     overridden (:meth:`django_semaphore.Semaphore.override`), so changing the
-    mode keeps the limit from settings.  The "clear override" button goes back
-    to settings without looking at the fields.
+    mode keeps the limit from settings.  "Changed" is against the values the
+    page showed (posted back in hidden ``initial-*`` fields), not only those in
+    force when the POST arrives: a field left as shown keeps whatever another
+    operator (or the adaptive controller) set meanwhile.  The "clear override"
+    button goes back to settings without looking at the fields.
     """
 
     limit = LimitField(
@@ -133,10 +136,13 @@ class RuntimeControlForm(forms.Form):
         super().__init__(*args, **kwargs)
         if not with_total:
             del self.fields["total"]
+        for field in self.fields.values():
+            field.show_hidden_initial = True  # the value shown, to tell what the operator changed
 
     def changes(self, current: Effective) -> dict[str, Any]:
-        """The cleaned fields that differ from ``current`` (the keywords for ``override()``)."""
-        names = [name for name in ("limit", "mode", "total") if name in self.fields]
+        """The cleaned fields the operator changed from the values shown (a POST without
+        them: every field) that differ from ``current`` (the keywords for ``override()``)."""
+        names = [name for name in ("limit", "mode", "total") if name in self.changed_data]
         wanted = {name: self.cleaned_data[name] for name in names}
         return {name: value for name, value in wanted.items() if value != getattr(current, name)}
 

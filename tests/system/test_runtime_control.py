@@ -6,8 +6,10 @@ The browser version of the admin form is tests/system/test_runtime_control_brows
 """
 
 import html as html_lib
+import json
 import re
 import threading
+from html.parser import HTMLParser
 
 import pytest
 from django.contrib import admin
@@ -19,9 +21,12 @@ from django.urls import include, path
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_semaphore import semaphores, signals
+from django_semaphore.backend import connection
+from django_semaphore.backend.keys import control_key
+from django_semaphore.config import settings as conf
 from django_semaphore.models import Semaphore as SemaphoreModel
 from django_semaphore.ops import metrics
-from django_semaphore.runtime import stats
+from django_semaphore.runtime import adaptive, stats
 from django_semaphore.runtime.control import Effective
 from tests.support.helpers import HOSTILE_LIMIT_TEXTS, wait_until
 
@@ -510,3 +515,91 @@ def test_metrics_give_the_effective_total(client, with_total):
     samples = scrape(client)
     assert value(samples, "django_semaphore_effective_total", semaphore="exports-total") == 7
     assert value(samples, "django_semaphore_override", semaphore="exports-total") == 1
+
+
+# -- the form as the operator saw it ------------------------------------------------------------
+
+
+class _ControlForm(HTMLParser):
+    """What a browser submits from the page's runtime control form, untouched: every
+    input (hidden ones included) and each select's selected option."""
+
+    def __init__(self):
+        super().__init__()
+        self.data, self._inside, self._select = {}, False, None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "form":
+            self._inside = attrs.get("id") == "sema-control"
+        elif self._inside and tag == "input" and attrs.get("type") != "submit" and attrs.get("name"):
+            self.data[attrs["name"]] = attrs.get("value") or ""
+        elif self._inside and tag == "select":
+            self._select = attrs["name"]
+        elif self._inside and tag == "option" and self._select and "selected" in attrs:
+            self.data[self._select] = attrs["value"]
+
+    def handle_endtag(self, tag):
+        if tag == "form":
+            self._inside = False
+        elif tag == "select":
+            self._select = None
+
+
+def _form_as_shown(client, url):
+    parser = _ControlForm()
+    parser.feed(client.get(url).content.decode())
+    assert "limit" in parser.data and "mode" in parser.data, parser.data
+    return parser.data
+
+
+def test_a_field_left_as_shown_keeps_a_change_made_meanwhile(changer, changes):
+    """The form posts every field. A field the operator left as the page showed it is not
+    applied: another operator's pause made while the page was open (sema_set --limit 0) is
+    not undone by a change of the mode only, nor their mode by a change of the limit only."""
+    client = _client(changer)
+    shown = _form_as_shown(client, PAGE)  # limit 2, mode enforce
+    semaphores["reports"].override(limit=0)  # meanwhile, elsewhere: paused
+    response = client.post(PAGE, {**shown, "mode": "dry_run"})
+    assert response.status_code == 302
+    assert _effective() == Effective(0, "dry_run", "override")  # still paused
+    assert LogEntry.objects.get().get_change_message() == "Set limit 0 -> 0, mode enforce -> dry_run."
+
+    shown = _form_as_shown(client, PAGE)  # limit 0, mode dry_run
+    semaphores["reports"].override(mode="off")  # meanwhile, elsewhere
+    client.post(PAGE, {**shown, "limit": "1"})
+    assert _effective() == Effective(1, "off", "override")  # the mode stays "off"
+
+
+def test_a_mode_change_does_not_pin_an_adaptive_limit_that_moved(changer, settings):
+    """On an adaptive semaphore, the limit shown is the controller's of that moment: a mode
+    change posted after the controller moved it must not pin the old limit as an override."""
+    settings.SEMAPHORES = {
+        **SEMAPHORES,
+        "elastic": {"LIMIT": 3, "TIMEOUT": 30, "ADAPTIVE": {"MIN": 1, "MAX": 8}},
+    }
+    elastic = semaphores["elastic"]
+    client = _client(changer)
+    shown = _form_as_shown(client, LIST_URL + "elastic/")
+    assert shown["limit"] == "3"
+    prefix = conf.setting("SEMAPHORE_KEY_PREFIX")
+    state = {
+        "limit": 5,
+        "base": 20.0,
+        "mean": 21.0,
+        "dir": 1,
+        "at": 1,
+        "n": 0,
+        "p": 0,
+        "settle": 0,
+        "probe": 0,
+    }
+    connection.get_client().hset(control_key(prefix), adaptive.state_field("elastic"), json.dumps(state))
+    wait_until(lambda: elastic.effective().limit == 5, message="the controller's new limit applied")
+    client.post(LIST_URL + "elastic/", {**shown, "mode": "dry_run"})
+    try:
+        assert elastic.effective() == Effective(5, "dry_run", "override")
+        elastic.override(mode="enforce")
+        assert elastic.effective().limit == 5  # no limit override: still the controller's
+    finally:
+        elastic.clear_override()
