@@ -105,7 +105,8 @@ class RequestGuard:
         :func:`~django_semaphore.backend.scripting.drive` or
         :func:`~django_semaphore.backend.scripting.adrive` carries out."""
         items = resolve(self.request, self.needs)
-        if not items:
+        if not items:  # SEMAPHORE_ENABLED False, or MODE "off": the view runs unguarded
+            self.request.__dict__.setdefault("semaphore_leases", {})
             return None
         # aenter() has loaded a lazy user already: this reads it without a query.
         meta = request_meta(self.request, load_user(self.request))

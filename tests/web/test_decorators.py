@@ -4,6 +4,8 @@ function views and class-based views get their leases, exceptions release at onc
 import threading
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.http import JsonResponse
 
 from django_semaphore import semaphores, signals
 from tests.support.helpers import body
@@ -146,3 +148,38 @@ def test_a_tenant_with_room_is_refused_429_when_the_total_is_reached(client, eve
     assert body(response)["leases"]["web-total"]["token"] > 0
     held[1].release()
     assert sem.available() == 2
+
+
+# -- guards that pass through: SEMAPHORE_ENABLED = False, MODE "off" ---------------------------
+
+
+@pytest.fixture(params=["disabled", "off"])
+def passing_through(request, settings):
+    if request.param == "disabled":
+        settings.SEMAPHORE_ENABLED = False
+    else:
+        settings.SEMAPHORES = {**WEB_SEMAPHORES, "web-one": {"LIMIT": 1, "MODE": "off"}}
+    return request.param
+
+
+@pytest.mark.usefixtures("passing_through")
+def test_a_view_that_passes_through_finds_no_leases_rather_than_no_attribute():
+    """The view reads request.semaphore_leases as with fail open: empty, not an AttributeError (a 500)."""
+    from django.test import RequestFactory
+
+    from django_semaphore import semaphore
+
+    @semaphore("web-one")
+    def view(request):
+        return JsonResponse({"leases": sorted(request.semaphore_leases)})
+
+    @semaphore("web-one")
+    async def aview(request):
+        return JsonResponse({"leases": sorted(request.semaphore_leases)})
+
+    held = semaphores["web-one"].acquire()  # a guard that touched Redis would refuse
+    try:
+        assert body(view(RequestFactory().get("/"))) == {"leases": []}
+        assert body(async_to_sync(aview)(RequestFactory().get("/"))) == {"leases": []}
+    finally:
+        held.release()
