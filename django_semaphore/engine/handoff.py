@@ -243,6 +243,11 @@ def claim_op(keys: PartitionKeys, identifier: str, timeout: float, adopter: str)
     return bool(reply)
 
 
+def claim(keys: PartitionKeys, identifier: str, timeout: float, adopter: str) -> bool:
+    """:func:`claim_op`, run now on this process's client."""
+    return run(connection.get_client(), claim_op(keys, identifier, timeout, adopter))
+
+
 def adopted(keys: PartitionKeys, identifier: str) -> bool:
     """Whether the ticket of holder ``identifier`` has been adopted (one round trip)."""
     return bool(run(connection.get_client(), one(Command(("EXISTS", keys.adopted(identifier))))))

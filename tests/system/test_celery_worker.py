@@ -404,6 +404,33 @@ def test_an_acks_late_task_whose_run_was_killed_runs_again(app, worker, raw_redi
     wait_until(lambda: app.JOBS.holders() == [], 10, message="every slot released")
 
 
+def test_an_acks_late_task_that_took_its_own_slot_gives_it_back_when_its_run_is_killed(
+    app, worker, raw_redis, rec
+):
+    # A run that acquired its slot (nothing parked) carries no ticket: before, its redelivery
+    # found the dead run's slot still held until its lease expired (TIMEOUT after the
+    # watchdog's last refresh) and parked behind it.
+    held = _hold(app.JOBS, app.LIMIT - 1)
+    result = app.late_job.delay("k2")
+    started = lambda: raw_redis.llen(rec("pids:k2")) == 1 and _starts_with_tokens(raw_redis, rec)  # noqa: E731
+    wait_until(started, 20, message="k2 started")
+    (dead,) = [h for h in app.JOBS.holders() if h.meta.get("task_id") == result.id]
+    os.kill(int(raw_redis.lindex(rec("pids:k2"), 0)), signal.SIGKILL)
+    t0 = time.monotonic()
+    wait_until(lambda: raw_redis.llen(rec("pids:k2")) == 2, 30, message="k2 redelivered")
+    wait_until(lambda: len(_starts(raw_redis, rec)) == 2, 30, message="k2 started again")
+    print(f"\nacks_late redelivery of a run that acquired its slot started in {time.monotonic() - t0:.2f} s")
+    first, second = _starts_with_tokens(raw_redis, rec)
+    # Started on a slot of its own well before the dead run's lease would have expired.
+    assert second[1] < dead.expires_at.timestamp() * 1000 - ONE_SECOND_MS
+    assert second[3] and second[4] > first[4] and second[2] <= app.LIMIT
+    assert dead.identifier not in {h.identifier for h in app.JOBS.holders()}
+    raw_redis.set(rec("go:all"), "1", ex=600)
+    assert result.get(timeout=30) == "k2"
+    _give_back(held[0])
+    wait_until(lambda: app.JOBS.holders() == [], 10, message="every slot released")
+
+
 def test_one_ticket_never_runs_two_bodies(app, worker, raw_redis, rec):
     # Issue 22.3: two messages carrying one ticket ran their bodies at once on one slot.
     reports = Semaphore("reports")

@@ -23,6 +23,15 @@ takes, adopts or parks a slot (``celery_claim_run.lua``):
 A run that completes marks its task id ``done`` (kept :data:`DONE_TTL`); one
 that raises, or retries (``self.retry()``), lets it go, so that Celery's next
 delivery or retry of the task runs.
+
+A run that holds a slot records it for its task id (:func:`hold`:
+``<host>:<pid>:<lease identifier>``, renewed by the heartbeat to the lease's
+TIMEOUT, so it lives as long as the lease can).  A later run that claims the
+task id is told of the slot a run whose process is gone left behind
+(:attr:`Run.orphan`: a ``acks_late`` redelivery after SIGKILL, however long
+Celery took to redeliver), and gives it back at once instead of waiting out
+its lease.  Only a process known gone counts: a run on another host, or one
+whose heartbeat merely stopped, may still be running on its slot.
 """
 
 from __future__ import annotations
@@ -77,10 +86,16 @@ HOST = host_identity()
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """A run of a task id claimed by this process: its key and the value it holds."""
+    """A run of a task id claimed by this process: its key and the value it holds.
+
+    ``slot``: the key of the task id's slot record; ``orphan``: the identifier of
+    the slot an earlier run of the task id held when its process died ("" if none).
+    """
 
     key: str
     value: str
+    slot: str = ""
+    orphan: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,14 +147,14 @@ def claim(keys: PartitionKeys, task_id: str, identifier: str = "") -> Run | Dupl
     heartbeat would have stopped: the result is this process's :class:`Run`,
     or the :class:`Duplicate` it found.
     """
-    key = store.run_key(keys, task_id)
+    key, slot = store.run_key(keys, task_id), store.slot_key(keys, task_id)
     value = f"run:{HOST}:{os.getpid()}:{os.urandom(6).hex()}:{identifier}"
     deadline = time.monotonic() + HEARTBEAT_MS / 1000.0 + 1.0
     while True:
-        found = store.script(store.CLAIM_RUN, (key,), value, HEARTBEAT_MS)
-        if found == 1:
-            heartbeat.add(key, value)
-            return Run(key, value)
+        found = store.script(store.CLAIM_RUN, (key, slot), value, HEARTBEAT_MS)
+        if isinstance(found, list):
+            heartbeat.add(key, value, slot)
+            return Run(key, value, slot, _orphan(store.text(found[1])))
         found = store.text(found)
         if found == DONE:
             return Duplicate(done=True)
@@ -153,17 +168,59 @@ def claim(keys: PartitionKeys, task_id: str, identifier: str = "") -> Run | Dupl
         time.sleep(POLL)
 
 
+def _orphan(record: str) -> str:
+    """The lease identifier of slot record ``record`` if the process that wrote it is gone, else ""."""
+    parts = record.split(":", 2)
+    if len(parts) != 3:
+        return ""
+    try:
+        gone = process_gone(parts[0], int(parts[1]))
+    except ValueError:
+        return ""
+    return parts[2] if gone else ""
+
+
+def hold(run: Run, identifier: str, timeout: float) -> None:
+    """Record that ``run`` holds the slot of lease ``identifier`` (TIMEOUT ``timeout`` seconds):
+    kept, by the heartbeat, as long as the lease can live; removed by :func:`end`.
+
+    A Redis failure is logged, not raised: the run goes on (a redelivery after
+    its death then waits out its lease, as without the record).
+    """
+    value = f"{HOST}:{os.getpid()}:{identifier}"
+    ttl_ms = int(timeout * 1000) + 1000
+    heartbeat.hold(run.key, value, ttl_ms)
+    try:
+        store.command("SET", run.slot, value, "PX", ttl_ms)
+    except SemaphoreBackendError as exc:
+        logger.warning("Could not record the slot of a task's run: %s", exc)
+
+
 def end(run: Run, *, done: bool, ttl: float = DONE_TTL) -> None:
-    """End ``run``: mark the task id ``done`` (kept ``ttl`` seconds), or let it go.
+    """End ``run``: mark the task id ``done`` (kept ``ttl`` seconds), or let it go; its
+    slot record goes.
 
     A Redis failure is logged, not raised: the task's own outcome stands (the
     claim then expires with its heartbeat).
     """
-    heartbeat.remove(run.key)
+    beat = heartbeat.remove(run.key)
+    held = beat.held if beat is not None else ""
     try:
-        store.script(store.END_RUN, (run.key,), run.value, DONE if done else "", int(ttl * 1000))
+        store.script(
+            store.END_RUN, (run.key, run.slot), run.value, DONE if done else "", int(ttl * 1000), held
+        )
     except SemaphoreBackendError as exc:
         logger.warning("Could not record the end of a task's run: %s", exc)
+
+
+@dataclass(slots=True)
+class _Beat:
+    """What the heartbeat renews for one live run: its claim and, once it holds one, its slot record."""
+
+    value: str
+    slot: str
+    held: str = ""
+    held_ttl_ms: int = 0
 
 
 class Heartbeat:
@@ -174,14 +231,14 @@ class Heartbeat:
         in_child(self._reset)  # forked: the parent's runs and thread are not ours
 
     def _reset(self) -> None:
-        self._runs: dict[str, str] = {}
+        self._runs: dict[str, _Beat] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._changed = threading.Event()  # a run added: renew on the new schedule at once
 
-    def add(self, key: str, value: str) -> None:
+    def add(self, key: str, value: str, slot: str = "") -> None:
         with self._lock:
-            self._runs[key] = value
+            self._runs[key] = _Beat(value, slot)
             self._changed.set()
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -189,20 +246,31 @@ class Heartbeat:
                 )
                 self._thread.start()
 
-    def remove(self, key: str) -> None:
+    def hold(self, key: str, held: str, ttl_ms: int) -> None:
+        """Renew the slot record ``held`` of run ``key`` too, to ``ttl_ms``."""
         with self._lock:
-            self._runs.pop(key, None)
+            beat = self._runs.get(key)
+            if beat is not None:
+                beat.held, beat.held_ttl_ms = held, ttl_ms
+
+    def remove(self, key: str) -> _Beat | None:
+        with self._lock:
+            return self._runs.pop(key, None)
 
     def _run(self) -> None:
         while True:
             self._changed.wait(HEARTBEAT_EVERY)
             self._changed.clear()
             with self._lock:
-                runs = list(self._runs.items())
-            for key, value in runs:
+                runs = [(key, _Beat(b.value, b.slot, b.held, b.held_ttl_ms)) for key, b in self._runs.items()]
+            for key, beat in runs:
                 try:
-                    if not store.script(store.RENEW_IF, (key,), value, HEARTBEAT_MS):
-                        self._lost(key, value)
+                    keys = (key, beat.slot or key)
+                    renewed = store.script(
+                        store.BEAT, keys, beat.value, HEARTBEAT_MS, beat.held, beat.held_ttl_ms
+                    )
+                    if not renewed:
+                        self._lost(key, beat.value)
                 except SemaphoreBackendError as exc:
                     logger.warning("Could not renew a task's run claim: %s", exc)
                 except Exception:  # never let the thread die: live runs depend on it
@@ -210,7 +278,8 @@ class Heartbeat:
 
     def _lost(self, key: str, value: str) -> None:
         with self._lock:
-            live = self._runs.get(key) == value  # not ended meanwhile
+            beat = self._runs.get(key)
+            live = beat is not None and beat.value == value  # not ended meanwhile
             if live:
                 del self._runs[key]
         if live:

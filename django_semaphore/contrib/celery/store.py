@@ -9,6 +9,7 @@ has its own parked tasks, dispatcher lock and runs.
 * ``<partition>celery:q``: a LIST of the tasks parked there, oldest first;
 * ``<partition>celery:l``: the partition's dispatcher now (a lock);
 * ``<partition>celery:r:<task id digest>``: a task id's run (:mod:`.runs`);
+* ``<partition>celery:s:<task id digest>``: the slot its run holds (:mod:`.runs`);
 * ``<prefix>:celery:parked``: a HASH of the partitions with parked tasks,
   announced on a channel of the same name.
 
@@ -27,6 +28,7 @@ from ...engine.storage import LuaScript, PartitionKeys, command, key_prefix, scr
 QUEUE_SUFFIX = "celery:q"  # LIST of parked task messages, oldest first
 LOCK_SUFFIX = "celery:l"  # STRING: the dispatcher of this partition now
 RUN_SUFFIX = "celery:r:"  # STRING per task id: its run, live or done (runs.py)
+SLOT_SUFFIX = "celery:s:"  # STRING per task id: the slot its live run holds (runs.py)
 REGISTRY_SUFFIX = "celery:parked"
 
 PUSH = LuaScript("celery_push")
@@ -36,11 +38,13 @@ REGISTER = LuaScript("celery_register")
 UNREGISTER = LuaScript("celery_unregister")
 CLAIM_RUN = LuaScript("celery_claim_run")
 END_RUN = LuaScript("celery_end_run")
+BEAT = LuaScript("celery_beat")
 RENEW_IF = LuaScript("renew_if")
 SWAP_IF = LuaScript("swap_if")
 UNLOCK = LuaScript("unlock")
 
 __all__ = [
+    "BEAT",
     "CLAIM_RUN",
     "END_RUN",
     "KEEP",
@@ -52,6 +56,7 @@ __all__ = [
     "REGISTRY_SUFFIX",
     "RENEW_IF",
     "RUN_SUFFIX",
+    "SLOT_SUFFIX",
     "SWAP_IF",
     "UNLOCK",
     "UNREGISTER",
@@ -61,6 +66,7 @@ __all__ = [
     "registry_key",
     "run_key",
     "script",
+    "slot_key",
     "text",
 ]
 
@@ -82,8 +88,16 @@ def lock_key(keys: PartitionKeys) -> str:
 
 def run_key(keys: PartitionKeys, task_id: str) -> str:
     """The run of task ``task_id`` on partition ``keys`` (the id is hashed: any length, any bytes)."""
-    digest = hashlib.sha256(str(task_id).encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return keys.own + RUN_SUFFIX + digest
+    return keys.own + RUN_SUFFIX + _digest(task_id)
+
+
+def slot_key(keys: PartitionKeys, task_id: str) -> str:
+    """The slot the live run of task ``task_id`` on partition ``keys`` holds."""
+    return keys.own + SLOT_SUFFIX + _digest(task_id)
+
+
+def _digest(task_id: str) -> str:
+    return hashlib.sha256(str(task_id).encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def registry_key() -> str:

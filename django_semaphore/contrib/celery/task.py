@@ -175,11 +175,36 @@ def _run_in_worker(
             handed.release()  # a slot taken for this message that no run will use
         raise Ignore("already run" if claimed.done else "running elsewhere")
     try:
+        _give_back_orphan(claimed, semaphore, partition, handed, request.id)
         lease = _take(task, call, semaphore, partition, options, given)
     except BaseException:
         runs.end(claimed, done=False)
         raise
+    runs.hold(claimed, lease.identifier, lease.config.timeout)
     return _hold(task, call, lease, semaphore, partition, claimed)
+
+
+def _give_back_orphan(
+    claimed: runs.Run, semaphore: Semaphore, partition: str | None, handed: Lease | None, task_id: str
+) -> None:
+    """Give back the slot a run of this task id held when its process died (``acks_late``
+    redelivered it), instead of leaving it held until its lease expires.
+
+    Not the slot this message's ticket hands over (the run adopts it again),
+    nor one the dead run handed on (adopted by another task: that task's now;
+    claimed for this task id first, so that nobody adopts it once given back).
+    """
+    orphan = claimed.orphan
+    if not orphan or (handed is not None and orphan == handed.identifier):
+        return
+    keys = semaphore.partition(partition)
+    try:
+        if not handoff.claim(keys, orphan, semaphore.config.timeout, str(task_id)):
+            return
+        if semaphore.force_release(orphan, keys=keys):
+            logger.info("Task %s gave back the slot of its run that died (holder %s).", task_id, orphan)
+    except SemaphoreBackendError as exc:
+        logger.warning("Task %s could not give back the slot of its run that died: %s", task_id, exc)
 
 
 def _readable(given: _Given | None) -> Lease | None:

@@ -1,5 +1,6 @@
 """contrib.celery.runs: one live run of a task id at a time, none after one completed."""
 
+import os
 import subprocess
 import sys
 import time
@@ -126,3 +127,44 @@ def test_a_lost_claim_is_logged_once(keys, quick, backend_redis, caplog):
     backend_redis.set(run.key, "run:elsewhere:1:xyz:", px=60_000)
     wait_until(lambda: "claim was lost" in caplog.text, 5, message="the warning")
     assert caplog.text.count("claim was lost") == 1
+
+
+def _gone_pid():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_the_slot_of_a_run_whose_process_died_is_told_to_the_next_run(keys, backend_redis):
+    # Its claim expired long ago (Celery redelivered after the heartbeat's TTL): the slot
+    # record, kept as long as the lease can live, still names the dead run's lease.
+    backend_redis.set(store.slot_key(keys, "t-9"), f"{runs.HOST}:{_gone_pid()}:lease-a", px=60_000)
+    run = runs.claim(keys, "t-9", "")
+    assert isinstance(run, runs.Run) and run.orphan == "lease-a"
+    runs.end(run, done=True)
+
+
+@pytest.mark.parametrize("where", ["a live process", "another host", "malformed"])
+def test_a_slot_whose_holder_may_be_alive_is_no_orphan(keys, backend_redis, where):
+    record = {
+        "a live process": f"{runs.HOST}:{os.getppid()}:lease-a",
+        "another host": f"elsewhere/abc:{_gone_pid()}:lease-a",
+        "malformed": f"{runs.HOST}:not-a-pid:lease-a",
+    }[where]
+    backend_redis.set(store.slot_key(keys, "t-10"), record, px=60_000)
+    run = runs.claim(keys, "t-10", "")
+    assert isinstance(run, runs.Run) and run.orphan == ""
+    runs.end(run, done=False)
+    assert backend_redis.get(store.slot_key(keys, "t-10")).decode() == record  # not this run's
+
+
+def test_a_held_slot_is_recorded_for_as_long_as_its_lease_can_live(keys, quick, backend_redis):
+    run = runs.claim(keys, "t-11")
+    runs.hold(run, "lease-a", timeout=0.5)
+    slot = store.slot_key(keys, "t-11")
+    assert backend_redis.get(slot).decode() == f"{runs.HOST}:{os.getpid()}:lease-a"
+    time.sleep(2.0)  # past the record's first TTL (TIMEOUT + 1 s): it lives on if renewed
+    assert backend_redis.get(slot).decode().endswith(":lease-a")
+    assert 0 < backend_redis.pttl(slot) <= 1500
+    runs.end(run, done=True)
+    assert not backend_redis.exists(slot)

@@ -13,8 +13,8 @@ from celery.exceptions import Ignore
 
 from django_semaphore import Semaphore, SemaphoreFull
 from django_semaphore.contrib import celery as sc
-from django_semaphore.contrib.celery import dispatcher, parking, task
-from django_semaphore.engine import guards
+from django_semaphore.contrib.celery import dispatcher, parking, runs, task
+from django_semaphore.engine import guards, handoff
 from django_semaphore.engine.semaphore import Lease
 from tests.contrib.celery.support import Outbox, park, total_semaphore
 from tests.support.helpers import wait_until
@@ -217,3 +217,23 @@ def test_a_parked_tasks_slot_is_adopted_and_given_back_under_total(settings, kin
     for thread in waiters:
         thread.join(10)
     assert len(got) == 2 and got[1].release() and sem.available() == 1
+
+
+@pytest.mark.parametrize(
+    "case", ["acquired", "its ticket expired", "handed over again", "handed on to another task"]
+)
+def test_a_redelivered_run_gives_back_the_slot_its_dead_run_held_unless_it_is_used(case, backend_redis):
+    sem = Semaphore("cel-orphan", limit=2, timeout=30)
+    dead = sem.acquire(key="p")
+    if case in ("its ticket expired", "handed over again"):  # the dead run adopted it
+        assert handoff.claim(dead.keys, dead.identifier, 30, "t-1")
+    if case == "handed on to another task":  # its body handed it on; another task adopted it
+        assert handoff.claim(dead.keys, dead.identifier, 30, "t-other")
+    handed = dead if case == "handed over again" else None  # the redelivery's ticket is good
+    run = runs.Run("k", "v", "s", orphan=dead.identifier)
+    task._give_back_orphan(run, sem, "p", handed, "t-1")
+    held = {h.identifier for h in sem.holders("p")}
+    assert (dead.identifier in held) == (case in ("handed over again", "handed on to another task"))
+    if case == "acquired":  # nobody can adopt it once given back
+        assert not handoff.claim(dead.keys, dead.identifier, 30, "t-late")
+    dead.release()
