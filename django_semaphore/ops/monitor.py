@@ -146,6 +146,9 @@ class SemaphoreSummary:
     partitioned_by: str = ""
     partitions: list[PartitionSummary] = field(default_factory=list)
     hidden: int = 0  # partitions not read (beyond MAX_PARTITIONS)
+    # The permits held and callers waiting in those hidden partitions (they count in the totals).
+    hidden_in_use: int = 0
+    hidden_waiting: int = 0
     error: str = ""
     mode: str = ""  # the mode in force
     source: str = ""  # where the limit comes from: "settings", "override" or "adaptive"
@@ -168,16 +171,17 @@ class SemaphoreSummary:
 
     @property
     def in_use(self) -> int:
-        """Permits held: every partition's (with TOTAL, those not listed too)."""
+        """Permits held: every partition's, those not listed too."""
         if self.whole is not None:
             return self.whole.in_use
-        return sum(p.in_use for p in self.partitions)
+        return sum(p.in_use for p in self.partitions) + self.hidden_in_use
 
     @property
     def waiting(self) -> int:
+        """Callers waiting: in every partition, those not listed too."""
         if self.whole is not None:
             return self.whole.waiting
-        return sum(p.waiting for p in self.partitions)
+        return sum(p.waiting for p in self.partitions) + self.hidden_waiting
 
     @property
     def rows(self) -> int:
@@ -530,6 +534,8 @@ def _read(
     rows.sort(key=lambda row: (not row[0].unpartitioned, -row[0].in_use, -row[0].waiting, row[0].key_hash))
     if len(rows) > max_partitions:
         summary.hidden = len(rows) - max_partitions
+        summary.hidden_in_use = sum(row[0].in_use for row in rows[max_partitions:])
+        summary.hidden_waiting = sum(row[0].waiting for row in rows[max_partitions:])
         del rows[max_partitions:]
     for partition, keys in rows:
         if with_holders or partition.in_use or partition.waiting:

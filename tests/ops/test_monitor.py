@@ -82,6 +82,28 @@ def test_partitions_beyond_the_maximum_are_counted_not_read():
     assert (len(view.partitions), view.hidden) == (3, 2)
 
 
+def test_the_use_and_waiters_of_partitions_beyond_the_maximum_still_count():
+    """A semaphore's in use and waiting (the admin's totals line and "Waiting now", the JSON)
+    are every partition's, not only those listed: with 150 partitions of one holder each the
+    list said 100 in use."""
+    per_ip = semaphores["per-ip"]  # LIMIT 2
+    held = [per_ip.acquire(key=f"10.0.2.{n}") for n in range(3) for _ in range(2)]
+    held += [per_ip.acquire(key=f"10.0.3.{n}") for n in range(2)]
+    got = []
+    # Wants 2 permits where 1 is held: it waits, in a partition not listed (in use 1).
+    waiter = threading.Thread(target=lambda: got.append(per_ip.acquire(key="10.0.3.0", permits=2, wait=20)))
+    waiter.start()
+    try:
+        wait_until(lambda: per_ip.waiters(key="10.0.3.0"), message="a waiter in the queue")
+        view = monitor.read_semaphore("per-ip", max_partitions=3)
+        assert (len(view.partitions), view.hidden) == (3, 2)
+        assert (view.in_use, view.waiting) == (8, 1)
+        assert view.as_dict()["waiting"] == 1
+        assert monitor.totals([view]).in_use == 8
+    finally:
+        release_all(held, waiter, got)
+
+
 def test_a_semaphore_with_bad_settings_gets_its_error_instead_of_figures():
     view = monitor.read_semaphore("broken")
     assert "LIMIT" in view.error and "E003" in view.error
