@@ -22,6 +22,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
 
 from ..backend.scripting import Call, Flow, adrive, drive
@@ -120,11 +121,13 @@ class RequestGuard:
                 )
                 if lease is None:
                     yield from self._giving_back()
-                    return self._refused(item, retry_after)
+                    refused: HttpResponseBase = yield Call(self._refused, self._arefused, (item, retry_after))
+                    return refused
                 self.leases.append(lease)
         except BACKEND_ERRORS as exc:
             yield from self._giving_back()
-            return self._failed(exc)
+            failed: HttpResponseBase | None = yield Call(self._failed, self._afailed, (exc,))
+            return failed
         except BaseException:
             # Interrupted while taking the next one (KeyboardInterrupt, a signal
             # handler's exception, a bug), or cancelled while waiting for it (the
@@ -183,6 +186,16 @@ class RequestGuard:
         # Before any KEY callable reads request.user, without sync database access.
         await aload_user(self.request)
         return await adrive(None, self._entering())
+
+    # The 429 and 503 responses run user code: SEMAPHORE_REJECT_VIEW, templates
+    # whose context processors read the session or the messages.  Like any sync
+    # view under ASGI, they run in a thread, where the database may be used.
+
+    async def _arefused(self, item: Item, retry_after: int | None) -> HttpResponseBase:
+        return await sync_to_async(self._refused)(item, retry_after)
+
+    async def _afailed(self, exc: BaseException) -> HttpResponseBase | None:
+        return await sync_to_async(self._failed)(exc)
 
     async def _agive_back(self) -> None:
         await adrive(None, self._giving_back())

@@ -52,6 +52,68 @@ def test_custom_reject_view(client, settings):
     lease.release()
 
 
+def reject_with_a_query(request, exception):
+    """A reject view that reads the database, as one that renders a site's own page may."""
+    from django.contrib.auth.models import User
+
+    return HttpResponse(f"busy, {User.objects.count()} users", status=429)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("web_middleware")
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", ["/web/aslow/?sleep=0", "/web/mw/apath/?sleep=0"])
+async def test_a_reject_view_may_use_the_database_under_asgi(async_client, settings, path):
+    """SEMAPHORE_REJECT_VIEW runs as Django runs a sync view under ASGI (in a thread), not
+    on the event loop, where a query raised SynchronousOnlyOperation: a 500, not the 429."""
+    settings.SEMAPHORE_REJECT_VIEW = "tests.web.test_responses.reject_with_a_query"
+    name = "web-slow" if "aslow" in path else "mw-path"
+    sem = semaphores[name]
+    held = [await sem.aacquire() for _ in range(sem.config.limit)]
+    try:
+        response = await async_client.get(path)
+        assert response.status_code == 429
+        assert response.content == b"busy, 0 users"
+    finally:
+        for lease in held:
+            await lease.arelease()
+
+
+def users_in_context(request):
+    """A context processor that reads the database, as a project's "site settings" one may."""
+    from django.contrib.auth.models import User
+
+    return {"users": User.objects.count()}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("web_middleware")
+@pytest.mark.asyncio
+@pytest.mark.parametrize("status", [429, 503])
+@pytest.mark.parametrize("path", ["/web/aslow/?sleep=0", "/web/mw/apath/?sleep=0"])
+async def test_the_pages_render_with_context_processors_that_query_under_asgi(
+    async_client, settings, path, status
+):
+    """The default 429 and 503 pages render in a thread under ASGI: a project's context
+    processor that queries the database raised SynchronousOnlyOperation on the loop (a 500)."""
+    engine = settings.TEMPLATES[0]
+    processors = [*engine["OPTIONS"]["context_processors"], "tests.web.test_responses.users_in_context"]
+    settings.TEMPLATES = [{**engine, "OPTIONS": {**engine["OPTIONS"], "context_processors": processors}}]
+    held = []
+    if status == 503:
+        settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{free_port()}/0"}
+    else:
+        sem = semaphores["web-slow" if "aslow" in path else "mw-path"]
+        held = [await sem.aacquire() for _ in range(sem.config.limit)]
+    try:
+        response = await async_client.get(path)
+        assert response.status_code == status
+        assert response["Content-Type"].startswith("text/html")
+    finally:
+        for lease in held:
+            await lease.arelease()
+
+
 # -- Redis unreachable: fail closed or open -----------------------------------------
 
 
