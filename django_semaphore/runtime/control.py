@@ -564,9 +564,11 @@ def write(config: SemaphoreConfig, change: Change, user: Any, cluster: bool) -> 
     reply = yield Script(CONTROL, (control_key(prefix),), args)
     override = None if change.clear or not reply else parse(reply)
     if not cluster:
-        info = yield Command(("INFO", "replication"))
+        # Best effort once the change is written: a Redis user without INFO or WAIT (ACL
+        # "-@dangerous") gets no replica wait, not an error for a change in force.
+        (info,) = yield Pipe((("INFO", "replication"),), transaction=False, raise_on_error=False)
         if isinstance(info, dict) and int(info.get("connected_slaves", 0) or 0) > 0:
-            yield Command(("WAIT", 1, REPLICA_ACK_MS))
+            yield Pipe((("WAIT", 1, REPLICA_ACK_MS),), transaction=False, raise_on_error=False)
     _cache.update(prefix, config.name, override)
     adaptive_limit = None
     if config.adaptive is not None:  # the limit in force after clearing a limit override

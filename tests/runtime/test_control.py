@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+import redis
 from django.core.exceptions import ImproperlyConfigured
 
 from django_semaphore import Semaphore, SemaphoreBackendError, SemaphoreFull, semaphores, signals
@@ -219,6 +220,29 @@ def test_an_override_outlives_a_redis_restart_only_with_persistence(persistence,
             assert sem.effective(fresh=True) == after
         finally:
             connection.reset()
+
+
+def test_an_override_by_a_redis_user_without_dangerous_commands_is_applied_and_reported(
+    own_redis, settings, changes
+):
+    """A least-privilege Redis user ("+@all -@dangerous") may not run INFO, which the write
+    used to look for replicas to WAIT for: the override was written (the semaphore paused
+    in every process), yet override() raised SemaphoreBackendError, so sema_set and the
+    admin reported a failure, and no config_changed signal (nor LogEntry) was sent."""
+    admin = redis.Redis.from_url(own_redis.url)
+    admin.execute_command("ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-@dangerous")
+    settings.SEMAPHORE_REDIS = {
+        "URL": f"redis://app:pw@127.0.0.1:{own_redis.port}/0",
+        "OPTIONS": {"socket_timeout": 2.0},
+    }
+    connection.reset()
+    sem = semaphores["reports"]
+    lease = sem.acquire()  # the user can do everything else the app does
+    assert lease is not None and lease.release()
+    assert sem.override(limit=0) == control.Effective(0, "enforce", "override")
+    assert [(c["limit"], c["mode"]) for c in changes] == [(0, "enforce")]
+    assert sem.clear_override() == control.Effective(2, "enforce", "settings")
+    assert sem.effective(fresh=True) == control.Effective(2, "enforce", "settings")
 
 
 def test_unknown_semaphore_is_improperly_configured(raw_redis, key_prefix):
