@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from redis.exceptions import RedisError
 
 from ..backend.scripting import Call, Flow, adrive, drive
@@ -243,8 +244,23 @@ class RequestGuard:
             self.release()
             return response
         self._on_close = ReleaseOnClose(response, self.release, self.abandon)
-        self._watch_request_task()
+        if isinstance(self.request, ASGIRequest):
+            self._watch_request_task()
+        else:
+            self._renew_from_the_thread()
         return response
+
+    def _renew_from_the_thread(self) -> None:
+        # Under WSGI an async view runs in an event loop of its own
+        # (async_to_sync) that ends when the view returns, and the server sends
+        # the response after that: renewals on that loop would end with it (a
+        # stream outlasting TIMEOUT lost its slot while being sent).  The
+        # watchdog thread renews the leases until the response is closed.
+        if self.async_watch is None:
+            return
+        async_watch, self.async_watch = self.async_watch, None
+        async_watch.stop()  # called on its loop: it ends at its next step, without waiting
+        self.watches = [watchdog.watch(lease) for lease in async_watch.leases]
 
     def _watch_request_task(self) -> None:
         # The client can go away after the response has left this guard,

@@ -2,9 +2,11 @@
 a streaming response holds its slot until the last byte; an unclosed one lets it expire."""
 
 import gc
+import time
 
 import pytest
-from django.http import HttpResponse
+from asgiref.sync import async_to_sync
+from django.http import HttpResponse, StreamingHttpResponse
 from django.test import RequestFactory
 
 from django_semaphore import semaphore, semaphores
@@ -47,6 +49,33 @@ async def test_async_streaming_response_holds_the_slot_until_closed(async_client
     raw_redis.rpush(gate_key("astream"), "go")
     assert [chunk async for chunk in chunks] == [b"second\n"]
     assert await sem.aavailable() == 1
+
+
+def test_an_async_view_under_wsgi_keeps_renewing_while_its_stream_is_sent():
+    """Under WSGI an async view runs in an event loop that ends when it returns; its lease
+    used to be renewed on that loop only, so a stream outlasting TIMEOUT lost its slot
+    while being sent (another request got it)."""
+    sem = semaphores["web-short"]  # TIMEOUT 1 s, AUTO_REFRESH
+    captured = []
+
+    @semaphore("web-short")
+    async def view(request):
+        captured.append(request.semaphore_leases["web-short"])
+
+        def chunks():
+            yield b"first\n"
+            time.sleep(2.5)
+            yield b"second\n"
+
+        return StreamingHttpResponse(chunks())
+
+    # As Django's WSGIHandler runs an async view: async_to_sync, a loop of its own.
+    response = async_to_sync(view)(RequestFactory().get("/"))
+    assert list(response) == [b"first\n", b"second\n"]
+    assert sem.available() == 0  # still held after 2.5 TIMEOUTs
+    response.close()
+    assert sem.available() == 1
+    assert captured[0].released and not captured[0].lost
 
 
 def test_unclosed_response_stops_renewing_when_collected():
