@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..config import settings, validation
+from ..config import key_functions, settings, validation
 from ..engine.semaphore import Semaphore
 from ..runtime import control
 
@@ -156,6 +156,29 @@ def resolve(request: HttpRequest, needs: Iterable[Need]) -> list[Item]:
         items.append(item)
     items.sort(key=lambda item: item.order)
     return items
+
+
+def _project_code(value: object) -> bool:
+    # A KEY, PERMITS or PRIORITY of the project's own: a callable that is not
+    # one of the app's KEY functions, which only read the request.
+    if value is None or isinstance(value, int | key_functions.ByHeader):
+        return False
+    return value not in validation.NAMED_KEYS.values()
+
+
+def calls_project_code(needs: Iterable[Need]) -> bool:
+    """True when :func:`resolve` would call a KEY, PERMITS or PRIORITY callable of
+    the project's, which may query the database: an async caller resolves in a
+    thread then, as Django runs sync code under ASGI."""
+    if not settings.enabled():
+        return False
+    for need in needs:
+        config = settings.get_config(need.name)
+        if control.cached(config).mode == "off":
+            continue
+        if any(map(_project_code, (need.key_function(config), *need.scheduling(config)))):
+            return True
+    return False
 
 
 def pending_needs(request: HttpRequest, needs: Iterable[Need]) -> list[Need]:

@@ -31,7 +31,7 @@ from ..engine import watchdog
 from ..engine.cancellation import finish_soon, run_to_completion
 from ..exceptions import SemaphoreBackendError, SemaphoreFull
 from ..runtime.bursts import printable
-from .needs import Item, Need, mark_handled, resolve
+from .needs import Item, Need, calls_project_code, mark_handled, resolve
 from .responses import backend_failure, backend_recovered, refused_response
 from .streaming import ReleaseOnClose, closable
 from .users import aload_user, load_user, user_label
@@ -102,11 +102,10 @@ class RequestGuard:
 
     # -- taking and giving back, written once ------------------------------------------
 
-    def _entering(self) -> Flow[HttpResponseBase | None]:
+    def _entering(self, items: list[Item]) -> Flow[HttpResponseBase | None]:
         """:meth:`enter` and :meth:`aenter`, written once: a flow that
         :func:`~django_semaphore.backend.scripting.drive` or
         :func:`~django_semaphore.backend.scripting.adrive` carries out."""
-        items = resolve(self.request, self.needs)
         if not items:  # SEMAPHORE_ENABLED False, or MODE "off": the view runs unguarded
             self.request.__dict__.setdefault("semaphore_leases", {})
             return None
@@ -153,7 +152,7 @@ class RequestGuard:
 
     def enter(self) -> HttpResponseBase | None:
         """Take every semaphore: None to run the view, else the response to send."""
-        return drive(None, self._entering())
+        return drive(None, self._entering(resolve(self.request, self.needs)))
 
     def _give_back(self) -> None:
         drive(None, self._giving_back())
@@ -186,7 +185,11 @@ class RequestGuard:
         """The asyncio twin of :meth:`enter`."""
         # Before any KEY callable reads request.user, without sync database access.
         await aload_user(self.request)
-        return await adrive(None, self._entering())
+        if calls_project_code(self.needs):  # it may query the database: not on the loop
+            items = await sync_to_async(resolve)(self.request, self.needs)
+        else:
+            items = resolve(self.request, self.needs)
+        return await adrive(None, self._entering(items))
 
     # The 429 and 503 responses run user code: SEMAPHORE_REJECT_VIEW, templates
     # whose context processors read the session or the messages.  Like any sync

@@ -9,7 +9,7 @@ from django.test import RequestFactory
 from django_semaphore import semaphore, semaphores
 from django_semaphore.web.needs import Need, mark_handled, pending_needs, resolve
 from tests.support.helpers import body, close
-from tests.support.settings_web import WEB_SEMAPHORES
+from tests.support.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 
 
 @pytest.fixture(autouse=True)
@@ -66,3 +66,46 @@ def test_a_bad_key_override_is_reported_like_the_system_check():
     need = Need("web-one", key="nope")
     with pytest.raises(ImproperlyConfigured, match=r"SEMAPHORES\['web-one'\]\['KEY'\].*E006"):
         resolve(RequestFactory().get("/"), [need])
+
+
+# -- KEY, PERMITS and PRIORITY callables of the project's under ASGI ------------------------------
+
+
+def _users():
+    from django.contrib.auth.models import User
+
+    return User.objects.count()
+
+
+def tenant_from_the_database(request):
+    """A KEY that queries, as one reading the user's profile (request.user.profile.tenant_id) does."""
+    return f"tenant-{_users()}"
+
+
+def permits_from_the_database(request):
+    return 1 + _users()
+
+
+def priority_from_the_database(request):
+    return _users()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize("option", ["KEY", "PERMITS", "PRIORITY"])
+@pytest.mark.parametrize("path", ["/web/aslow/?sleep=0", "/web/mw/path/"])
+async def test_project_callables_may_query_the_database_under_asgi(async_client, settings, option, path):
+    """They run in a thread, as Django runs sync code under ASGI: on the event loop a query
+    raised SynchronousOnlyOperation, and every guarded request answered 500 (the middleware
+    guards sync views on the loop too)."""
+    settings.MIDDLEWARE = MIDDLEWARE
+    name = "web-slow" if "aslow" in path else "mw-path"
+    func = {"KEY": tenant_from_the_database, "PERMITS": permits_from_the_database}.get(
+        option, priority_from_the_database
+    )
+    settings.SEMAPHORES = {**WEB_SEMAPHORES, name: {**WEB_SEMAPHORES[name], option: func}}
+    response = await async_client.get(path)
+    assert response.status_code == 200
+    lease = body(response)["leases"][name]
+    assert lease["key"] == ("tenant-0" if option == "KEY" else None)
+    assert lease["permits"] == 1
