@@ -265,15 +265,18 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             if value in (None, ""):
                 continue
             try:
-                pks.add(User._meta.pk.to_python(value))
+                pk = User._meta.pk.to_python(value)
             except (ValidationError, ValueError, TypeError):
                 continue
+            if isinstance(pk, int) and not -(2**63) <= pk < 2**63:
+                continue  # no database's pk: the lookup would fail (SQLite: OverflowError) for all
+            pks.add(pk)
         if not pks:
             return {}
         try:
             rows = User._default_manager.filter(pk__in=pks).values_list("pk", User.USERNAME_FIELD)
             return {str(pk): str(name) for pk, name in rows}
-        except (DatabaseError, ValueError):
+        except (DatabaseError, ValueError, OverflowError):  # SQLite: an int beyond 64 bits
             return {}
 
     def _context(self, request: HttpRequest, **extra: Any) -> dict[str, Any]:

@@ -269,6 +269,28 @@ def test_user_pk_in_meta_is_shown_with_the_username(client, viewer):
 
 
 @pytest.mark.usefixtures("backend")
+@pytest.mark.parametrize("user", ["99999999999999999999", -(10**30)], ids=["20 digits", "-10**30"])
+def test_a_user_meta_beyond_the_databases_integers_is_shown_not_a_500(client, viewer, user):
+    """A caller's meta "user" (an external account number, say) too large for the
+    database's integers made the username lookup raise OverflowError on SQLite: the
+    semaphore's page and its JSON answered 500 for as long as that holder lived."""
+    reports = semaphores["reports"]
+    held = [reports.acquire(meta={"user": user}), reports.acquire(meta={"user": str(viewer.pk)})]
+    try:
+        client.force_login(viewer)
+        page = client.get(LIST_URL + "reports/")
+        status = client.get(LIST_URL + "reports/status.json")
+    finally:
+        for lease in held:
+            lease.release()
+    assert page.status_code == 200 and status.status_code == 200
+    html = page.content.decode()
+    assert f'<td class="field-user" data-label="User">{user}</td>' in html
+    assert f'>viewer <span class="sema-muted">({viewer.pk})</span></td>' in html  # the others' names too
+    assert status.json()["partitions"][0]["holders"][0]["meta"]["user"] == user
+
+
+@pytest.mark.usefixtures("backend")
 @pytest.mark.parametrize("backend", ["cluster"], indirect=True)
 def test_pages_on_a_cluster(client, changer, backend):
     per_user = semaphores["per-user"]
