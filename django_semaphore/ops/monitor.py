@@ -107,8 +107,11 @@ class PartitionSummary:
 
     @property
     def utilisation(self) -> int:
-        """Percentage of the slots in use (0-100)."""
-        return min(100, round(100 * self.in_use / self.limit)) if self.limit else 0
+        """Percentage of the slots in use (0-100); 100 for permits held under a limit of 0
+        (paused: the holders keep their slots)."""
+        if not self.limit:
+            return 100 if self.in_use else 0
+        return min(100, round(100 * self.in_use / self.limit))
 
     @property
     def level(self) -> str:

@@ -64,6 +64,28 @@ def test_partitions_are_listed_busiest_first_with_their_figures():
 
 
 @pytest.mark.usefixtures("backend")
+def test_a_paused_semaphore_with_holders_is_shown_full_not_idle():
+    """Limit 0 in force (an operator's pause) while holders keep their slots: the bar and its
+    percentage said 0 %, as for an idle semaphore; held beyond the limit is 100 %."""
+    reports = semaphores["reports"]
+    held = [reports.acquire(), reports.acquire()]
+    reports.override(limit=0)
+    try:
+        (partition,) = monitor.read_semaphore("reports").partitions
+        assert (partition.limit, partition.in_use, partition.free) == (0, 2, 0)
+        assert (partition.utilisation, partition.level) == (100, "full")
+        assert partition.as_dict()["utilisation"] == 100
+        reports.clear_override()
+        for lease in held:
+            lease.release()
+        (partition,) = monitor.read_semaphore("reports").partitions
+        assert (partition.utilisation, partition.level) == (0, "idle")
+    finally:
+        reports.clear_override()
+        for lease in held:
+            lease.release()
+
+
 def test_an_unpartitioned_semaphore_shows_its_one_partition_even_unused():
     (partition,) = monitor.read_semaphore("reports").partitions
     assert partition.unpartitioned and partition.label == ""
