@@ -14,7 +14,7 @@
 
 A request is guarded by every semaphore whose PATHS match ``request.path_info``
 (``re.search``) or whose URL_NAMES hold the resolved ``namespace:name``, and
-whose METHODS (None: all) hold its method.  The semaphores of a
+whose METHODS (None: all) hold its method (GET holds HEAD too).  The semaphores of a
 ``@semaphore``-decorated view are taken in the same step, so a request gets all
 of them or none.  Place it after AuthenticationMiddleware when a KEY is "user".
 """
@@ -41,12 +41,13 @@ def matching_needs(request: HttpRequest, resolver_match: ResolverMatch | None) -
     """The :class:`~django_semaphore.web.needs.Need` of every semaphore whose rules match ``request``."""
     needs: list[Need] = []
     url_name = getattr(resolver_match, "view_name", None)
-    method = request.method
+    # Django runs the GET view for HEAD: METHODS that guard GET guard HEAD too.
+    methods = {"HEAD", "GET"} if request.method == "HEAD" else {request.method}
     for name in settings.names():
         config = settings.get_config(name)
         if not (config.paths or config.url_names):
             continue
-        if config.methods is not None and method not in config.methods:
+        if config.methods is not None and config.methods.isdisjoint(methods):
             continue
         if (url_name is not None and url_name in config.url_names) or any(
             pattern.search(request.path_info) for pattern in config.paths

@@ -165,3 +165,20 @@ def test_permits_are_read_per_request(client, settings):
         held.release()
     assert client.get("/web/mw/path/?permits=3").status_code == 200
     assert sem.available() == 3
+
+
+def test_head_is_guarded_with_get(client, settings):
+    """Django runs the GET view for HEAD (View.head defaults to get): METHODS ["GET"]
+    guards HEAD too, else a flood of HEAD requests ran the guarded view unguarded."""
+    settings.SEMAPHORES = {
+        **WEB_SEMAPHORES,
+        "mw-path": {"LIMIT": 1, "TIMEOUT": 5, "PATHS": [r"^/web/mw/path/"], "METHODS": ["GET"]},
+    }
+    assert client.head("/web/mw/path/").status_code == 200
+    held = semaphores["mw-path"].acquire()
+    try:
+        assert client.get("/web/mw/path/").status_code == 429
+        assert client.head("/web/mw/path/").status_code == 429
+        assert client.options("/web/mw/path/").status_code == 200  # not listed
+    finally:
+        held.release()
