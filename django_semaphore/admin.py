@@ -257,6 +257,17 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except SemaphoreBackendError as exc:
             return monitor.SemaphoreSummary(name), str(exc)
 
+    def _holders_clock(self, sem: Engine, view: monitor.SemaphoreSummary) -> datetime.datetime:
+        """Now, on the clock that wrote the expiries and arrivals shown (Redis's for "lua"):
+        a round trip only when there are holders or waiters to show, this process's clock
+        if Redis fails."""
+        if not any(p.holders or p.waiters for p in view.partitions):
+            return timezone.now()
+        try:
+            return monitor.holders_clock(sem)
+        except (SemaphoreBackendError, ImproperlyConfigured):
+            return timezone.now()
+
     def _user_names(self, values: Iterable[Any]) -> dict[str, str]:
         """{str(pk): username} of the users the web layer recorded (meta "user" is the pk)."""
         User = get_user_model()
@@ -313,7 +324,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         name = target.name
         partition = self._partition_param(request)
         view, error = self._read_one(target.ident, partition)
-        now = timezone.now()
+        now = self._holders_clock(target.semaphore, view)
         metas = [h.meta for p in view.partitions for h in p.holders]
         metas += [w.meta for p in view.partitions for w in p.waiters]
         names = self._user_names(meta.get("user") for meta in metas)

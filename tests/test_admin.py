@@ -5,6 +5,7 @@ Chromium; these cover permissions, JSON, LogEntry and error paths fast, and
 SemaphoreAdmin registered on an AdminSite of one's own.
 """
 
+import datetime
 import json
 import os
 import re
@@ -19,7 +20,9 @@ from django.contrib.admin import AdminSite
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
 from django.urls import path, reverse
+from django.utils import timezone as django_timezone
 
+from django_semaphore import admin as admin_module
 from django_semaphore import semaphores
 from django_semaphore.admin import SemaphoreAdmin
 from django_semaphore.backend import connection
@@ -266,6 +269,52 @@ def test_user_pk_in_meta_is_shown_with_the_username(client, viewer):
     finally:
         lease.release()
     assert f'>viewer <span class="sema-muted">({viewer.pk})</span></td>' in html
+
+
+class _SkewedTimezone:
+    """django.utils.timezone as the admin sees it, on a clock ``offset`` seconds off."""
+
+    def __init__(self, offset):
+        self.offset = datetime.timedelta(seconds=offset)
+
+    def now(self):
+        return django_timezone.now() + self.offset
+
+    def __getattr__(self, name):
+        return getattr(django_timezone, name)
+
+
+@pytest.mark.usefixtures("backend")
+@pytest.mark.parametrize("offset", [120, -120], ids=["ahead", "behind"])
+def test_expires_in_and_waited_are_on_the_clock_that_wrote_them(
+    client, viewer, settings, monkeypatch, offset
+):
+    """A "lua" lease's expiry and a waiter's arrival are Redis server times: the page counted
+    them against the web server's clock, so with that clock 2 minutes ahead of Redis every
+    live holder said "Expires in 0 s" (behind: 150 s for a 30 s lease)."""
+    settings.SEMAPHORES = {"quick": {"LIMIT": 1, "TIMEOUT": 30, "WAIT": 20}}
+    quick = semaphores["quick"]
+    held = quick.acquire()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(quick.acquire()))
+    waiter.start()
+    try:
+        wait_until(quick.waiters, message="a waiter in the queue")
+        monkeypatch.setattr(admin_module, "timezone", _SkewedTimezone(offset))
+        client.force_login(viewer)
+        html = client.get(LIST_URL + "quick/").content.decode()
+        data = client.get(LIST_URL + "quick/status.json").json()
+    finally:
+        held.release()
+        waiter.join(20)
+        for lease in got:
+            lease.release()
+    expires_in = int(re.search(r'class="field-expires_in[^>]*>(\d+) s<', html).group(1))
+    waited = int(re.search(r'class="field-waited[^>]*>(\d+) s<', html).group(1))
+    assert 25 <= expires_in <= 30 and 0 <= waited <= 5, (expires_in, waited)
+    (partition,) = data["partitions"]
+    assert 25 <= partition["holders"][0]["expires_in"] <= 30
+    assert 0 <= partition["waiters"][0]["waited"] <= 5
 
 
 @pytest.mark.usefixtures("backend")

@@ -35,7 +35,7 @@ from redis.exceptions import ResponseError
 
 from ..backend import connection
 from ..backend.keys import UNPARTITIONED, WHOLE_NAME, PartitionKeys
-from ..backend.scripting import run
+from ..backend.scripting import Command, Operation, run
 from ..config import key_functions, settings
 from ..config.validation import SemaphoreConfig
 from ..engine import discovery, inspection
@@ -340,6 +340,24 @@ def totals(summaries: Iterable[SemaphoreSummary]) -> Totals:
         if summary.overridden:
             total.overridden.append(summary.name)
     return total
+
+
+def holders_clock(sem: Semaphore) -> datetime.datetime:
+    """Now, on the clock ``sem``'s holder expiries are written with: the Redis server's
+    (``TIME``) for "lua", whose scripts also stamp the waiters' arrival; this process's
+    for the Redis in Action variants, which write expiries on their client's clock.
+    What :func:`expires_in` and a waiter's wait are counted against, so that a web
+    server whose clock is off from Redis's shows them right.  Raises
+    :class:`~django_semaphore.SemaphoreBackendError` if Redis fails."""
+    if ALGORITHMS[sem.config.algorithm].clock():
+        return timezone.now()
+    seconds, micros = run(connection.get_client(), _server_time())
+    return datetime.datetime.fromtimestamp(seconds + micros / 1e6, tz=datetime.UTC)
+
+
+def _server_time() -> Operation[tuple[int, int]]:
+    seconds, micros = yield Command(("TIME",))
+    return int(seconds), int(micros)
 
 
 def expires_in(holder: Holder, now: datetime.datetime | None = None) -> int:
