@@ -14,6 +14,7 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -21,9 +22,17 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
+from redis.exceptions import RedisClusterException, RedisError
 from redis.retry import Retry
 
+from .. import signals
 from ..config import settings
+from ..exceptions import SemaphoreBackendError
+
+#: What a failing Redis raises: redis-py's errors, and a cluster client's
+#: RedisClusterException, which is no RedisError ("Redis Cluster cannot be
+#: connected" when no node answers, when the client is made or later).
+REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
 
 # Short enough that an unreachable server fails in seconds; a stale pooled
 # connection (after a Redis restart) is retried once on a fresh one.
@@ -99,15 +108,26 @@ def _build_sync(value: str | dict[str, Any]) -> Any:
 
 
 def get_client() -> Any:
-    """The sync redis-py client for SEMAPHORE_REDIS (cached per process)."""
+    """The sync redis-py client for SEMAPHORE_REDIS (cached per process).
+
+    A cluster's client connects when it is made: a cluster that does not
+    answer raises :class:`~django_semaphore.SemaphoreBackendError` here, and
+    the next call tries again."""
     global _sync_client
     client = _sync_client
     if client is None:
         settings.check_global()
+        value = settings.setting("SEMAPHORE_REDIS")
+        failure: Exception | None = None
         with _lock:
             if _sync_client is None:
-                _sync_client = _build_sync(settings.setting("SEMAPHORE_REDIS"))
+                try:
+                    _sync_client = _build_sync(value)
+                except REDIS_ERRORS as exc:
+                    failure = exc
             client = _sync_client
+        if failure is not None:  # raised outside the lock: a backend_failed receiver may call here
+            raise backend_error(None, failure, _configured_server(value)) from failure
     return client
 
 
@@ -180,6 +200,37 @@ def server_name(client: Any) -> str:
         return "redis"
 
 
+def _configured_server(value: str | dict[str, Any]) -> str:
+    """What :func:`server_name` would say of the client SEMAPHORE_REDIS = ``value`` names,
+    for an error raised before there is one."""
+    if isinstance(value, str):
+        return f"cache alias {value!r}"
+    try:
+        url = urlsplit(value["URL"])
+        if url.scheme == "unix":
+            return f"unix:{url.path}"
+        where = f"{url.hostname or 'localhost'}:{url.port or 6379}"
+    except (KeyError, TypeError, ValueError):
+        return "redis"
+    return f"cluster {where}" if value.get("CLUSTER") else where
+
+
+def backend_error(client: Any, exc: BaseException, server: str | None = None) -> SemaphoreBackendError:
+    """The SemaphoreBackendError for a Redis failure ``exc``; sends ``backend_failed``.
+
+    Every Redis call of the app fails through here (the drivers of
+    :mod:`.scripting`, the making of a client, partition discovery's SCAN), so
+    the signal is sent once per failure.  Its sender is
+    :class:`~django_semaphore.SemaphoreBackendError`: the failure is seen below
+    any one semaphore, and the driver must not depend on the engine above it.
+    ``server``: the server's description, when there is no ``client`` to ask.
+    """
+    server = server or server_name(client)
+    error = SemaphoreBackendError(f"Redis at {server} failed: {type(exc).__name__}: {exc}", server=server)
+    signals.backend_failed.send_robust(sender=SemaphoreBackendError, error=error, server=server)
+    return error
+
+
 def socket_timeout(client: Any) -> float | None:
     """The client's read timeout in seconds, or None if it has none."""
     try:
@@ -205,6 +256,10 @@ async def ascan_iter(
     client: Any, match: str, kind: str | None = None, count: int = 1000
 ) -> AsyncIterator[bytes]:
     """The asyncio twin of :func:`scan_iter`."""
-    # On a cluster, redis-py sends SCAN to every primary and follows each cursor.
-    async for key in client.scan_iter(match=match, count=count, _type=kind):
-        yield key
+    # On a cluster, redis-py sends SCAN to every primary and follows each cursor;
+    # a cluster that no node answers for raises RedisClusterException, no RedisError.
+    try:
+        async for key in client.scan_iter(match=match, count=count, _type=kind):
+            yield key
+    except RedisClusterException as exc:
+        raise backend_error(client, exc) from exc

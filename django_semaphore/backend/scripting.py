@@ -29,12 +29,11 @@ from importlib import resources
 from typing import Any, TypeVar
 
 from redis.client import NEVER_DECODE
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError
 
-from .. import signals
-from ..exceptions import SemaphoreBackendError
 from . import lanes
-from .connection import is_cluster, server_name
+from .connection import REDIS_ERRORS, is_cluster
+from .connection import backend_error as backend_error
 
 
 class LuaScript:
@@ -274,20 +273,8 @@ def _as_script(pipe: Pipe) -> Script:
     return Script(_MULTI, tuple(dict.fromkeys(keys)), tuple(args))
 
 
-def backend_error(client: Client, exc: BaseException) -> SemaphoreBackendError:
-    """The SemaphoreBackendError for a Redis failure ``exc``; sends ``backend_failed``.
-
-    Every Redis call of the app fails through here (the drivers below, and
-    partition discovery's SCAN), so the signal is sent once per failure.  Its
-    sender is :class:`~django_semaphore.SemaphoreBackendError`: the failure is
-    seen below any one semaphore, and the driver must not depend on the
-    engine above it.
-    """
-    server = server_name(client)
-    error = SemaphoreBackendError(f"Redis at {server} failed: {type(exc).__name__}: {exc}", server=server)
-    signals.backend_failed.send_robust(sender=SemaphoreBackendError, error=error, server=server)
-    return error
-
+#: What a failing Redis raises on an asyncio client: asyncio connections can raise OSError unwrapped.
+ASYNC_ERRORS: tuple[type[Exception], ...] = (*REDIS_ERRORS, OSError)
 
 _RAW = {NEVER_DECODE: True}  # redis-py's option: read this reply without decoding it
 _NONE: dict[str, Any] = {}
@@ -381,7 +368,7 @@ def run(client: Client, operation: Operation[T]) -> T:
     except StopIteration as done:
         result: T = done.value
         return result
-    except RedisError as exc:
+    except REDIS_ERRORS as exc:
         raise backend_error(client, exc) from exc
 
 
@@ -415,7 +402,7 @@ async def arun(client: Client, operation: Operation[T]) -> T:
     except StopIteration as done:
         result: T = done.value
         return result
-    except (RedisError, OSError) as exc:  # asyncio connections can raise OSError unwrapped
+    except ASYNC_ERRORS as exc:
         if cancelling() > before:
             raise asyncio.CancelledError from exc
         raise backend_error(client, exc) from exc

@@ -291,3 +291,73 @@ def test_no_operation_calls_keys(own_server):
         assert all(lease.release() for lease in leases)
     with pytest.raises(redis.ResponseError):
         redis.Redis(port=own_server.port).keys("*")
+
+
+# -- Redis Cluster down ----------------------------------------------------------------
+#
+# redis-py's cluster client raises RedisClusterException ("Redis Cluster cannot be
+# connected. Please provide at least one reachable node") when no node answers, and that
+# is no RedisError: it must still come out as SemaphoreBackendError (a 503, fail open).
+
+
+def _cluster_calls():
+    return [
+        lambda sem: sem.acquire(),
+        lambda sem: sem.acquire(wait=1),
+        lambda sem: sem.holders(),
+        lambda sem: sem.available(),
+        lambda sem: sem.purge_expired(),
+    ]
+
+
+def test_an_unreachable_cluster_raises_backend_error(settings, closed_port):
+    settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{closed_port}/0", "CLUSTER": True}
+    for call in _cluster_calls():
+        started = time.monotonic()
+        with pytest.raises(SemaphoreBackendError) as info:
+            call(Semaphore("cluster-down", limit=1))
+        assert time.monotonic() - started < 5
+        assert f"127.0.0.1:{closed_port}" in str(info.value)
+
+
+@pytest.mark.asyncio
+async def test_an_unreachable_cluster_raises_backend_error_async(settings, closed_port):
+    settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{closed_port}/0", "CLUSTER": True}
+    for call in (
+        lambda sem: sem.aacquire(),
+        lambda sem: sem.aholders(),
+        lambda sem: sem.aavailable(),
+        lambda sem: sem.apurge_expired(),
+    ):
+        started = time.monotonic()
+        with pytest.raises(SemaphoreBackendError) as info:
+            await call(Semaphore("cluster-down", limit=1))
+        assert time.monotonic() - started < 5
+        assert f"127.0.0.1:{closed_port}" in str(info.value)
+
+
+@pytest.mark.slow
+def test_a_cluster_that_went_down_raises_backend_error(settings):
+    import asyncio
+
+    from tests.support.servers import RedisClusterServers
+
+    with RedisClusterServers(primaries=3) as cluster:
+        settings.SEMAPHORE_REDIS = {"URL": cluster.url, "CLUSTER": True}
+        sem = Semaphore("cluster-died", limit=5)
+        loop = asyncio.new_event_loop()
+        try:
+            assert sem.acquire() is not None  # the clients exist and know the nodes
+            assert loop.run_until_complete(sem.aacquire()) is not None
+            cluster.stop()
+            for call in _cluster_calls():
+                with pytest.raises(SemaphoreBackendError):
+                    call(sem)
+            for acall in (sem.aacquire, sem.aholders, sem.aavailable, sem.apurge_expired):
+                with pytest.raises(SemaphoreBackendError):
+                    loop.run_until_complete(acall())
+        finally:
+            for client in connection._async_clients.values():
+                loop.run_until_complete(client.aclose())
+            connection.reset()
+            loop.close()
