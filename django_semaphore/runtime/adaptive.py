@@ -170,7 +170,7 @@ def _decode_state(raw: Any) -> State | None:
             data.get("settle", 0) == 1,
             data.get("probe", 0) == 1,
         )
-    except (TypeError, ValueError, KeyError, AttributeError):
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError):  # JSON 1e400: inf
         return None
 
 

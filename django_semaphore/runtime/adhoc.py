@@ -124,7 +124,7 @@ class Entry:
                 int(data.get("until", 0)),
                 int(data["total"]) if data.get("total") is not None else None,
             )
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):  # JSON 1e400: inf
             return None
         return entry if _DIGEST.fullmatch(digest) else None
 

@@ -245,6 +245,27 @@ def test_a_stored_limit_outside_new_bounds_is_clamped(raw_redis, key_prefix):
     assert narrower.effective(fresh=True).limit == 4
 
 
+@pytest.mark.parametrize("state", ['{"limit": 1e400}', '{"limit": 3, "dir": 1e400}', '{"limit": -1e400}'])
+def test_a_stored_state_with_an_infinite_number_is_ignored_not_fatal(raw_redis, key_prefix, state):
+    """JSON's 1e400 reads as float infinity, which int() refuses with OverflowError (not a
+    ValueError): one such hand-written state in the control HASH made every acquire of every
+    semaphore under the prefix raise OverflowError, and every control poll fail, so no
+    override was applied any more.  It is malformed: ignored as any other."""
+    assert adaptive.limit_from(state) is None
+    sem = adaptive_sem(limit=3)
+    raw_redis.hset(control_key(key_prefix), adaptive.state_field("adapt"), state)
+    control.cache().clear()  # as in a process that reads the HASH for the first time
+    lease = semaphores["reports"].acquire()
+    assert lease is not None and lease.release()
+    assert sem.effective() == control.Effective(3, "enforce", "adaptive")  # LIMIT, clamped
+    semaphores["reports"].override(limit=1)  # the poller applies overrides again
+    try:
+        control.cache().clear()
+        assert semaphores["reports"].effective().limit == 1
+    finally:
+        semaphores["reports"].clear_override()
+
+
 def test_the_state_field_is_no_semaphore_name(raw_redis, key_prefix):
     sem = adaptive_sem(limit=3)
     started(sem)

@@ -17,6 +17,7 @@ import pytest
 from django_semaphore import Semaphore, semaphores
 from django_semaphore.backend.keys import adhoc_key, name_hash
 from django_semaphore.config import settings as conf
+from django_semaphore.ops import monitor
 from django_semaphore.runtime import adhoc, stats
 
 pytestmark = pytest.mark.usefixtures("backend")
@@ -95,6 +96,23 @@ def _later(monkeypatch, seconds):
     """The registry's clock (only its own) ``seconds`` ahead."""
     now = time.monotonic()
     monkeypatch.setattr(adhoc, "time", SimpleNamespace(monotonic=lambda: now + seconds, time=time.time))
+
+
+@pytest.mark.parametrize("field", ["limit", "until", "total"])
+def test_a_record_with_an_infinite_number_is_malformed_not_fatal(backend_redis, field):
+    """JSON's 1e400 reads as float infinity, which int() refuses with OverflowError (not a
+    ValueError): one such record made the admin's list page (and sema_status) fail."""
+    held = Semaphore("crawler-inf", limit=2, timeout=30).acquire()
+    try:
+        record = {"name": "crawler-inf", "limit": 2, "timeout": 30, "until": 0, "total": None}
+        text = json.dumps({**record, field: 0}).replace(f'"{field}": 0', f'"{field}": 1e400')
+        digest = name_hash("crawler-inf")
+        backend_redis.hset(adhoc_key(conf.setting("SEMAPHORE_KEY_PREFIX")), digest, text)
+        assert adhoc.Entry.parse(digest, text) is None
+        names = [summary.name for summary in monitor.read_all()]
+        assert "reports" in names and "crawler-inf" not in names  # the record is malformed
+    finally:
+        held.release()
 
 
 def test_a_name_in_use_is_recorded_again_only_after_renew_every(backend_redis, monkeypatch):
