@@ -234,9 +234,14 @@ def backend_error(client: Any, exc: BaseException, server: str | None = None) ->
 def socket_timeout(client: Any) -> float | None:
     """The client's read timeout in seconds, or None if it has none."""
     try:
-        if is_cluster(client):
-            client = client.get_default_node().redis_connection
-        timeout: float | None = client.connection_pool.connection_kwargs.get("socket_timeout")
+        if isinstance(client, redis.asyncio.cluster.RedisCluster):
+            # Its nodes take their connections' options from the client's own.
+            kwargs = client.connection_kwargs
+        elif is_cluster(client):
+            kwargs = client.get_default_node().redis_connection.connection_pool.connection_kwargs
+        else:
+            kwargs = client.connection_pool.connection_kwargs
+        timeout: float | None = kwargs.get("socket_timeout")
         return timeout
     except Exception:
         return None

@@ -361,3 +361,21 @@ def test_a_cluster_that_went_down_raises_backend_error(settings):
                 loop.run_until_complete(client.aclose())
             connection.reset()
             loop.close()
+
+
+# -- a read timeout shorter than a waiter's block ------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["cluster"], indirect=True)
+@pytest.mark.asyncio
+async def test_an_async_waiter_on_a_cluster_blocks_within_a_short_socket_timeout(settings, backend):
+    # A waiter blocks on BLPOP for up to a second at a time, less than the client's read
+    # timeout: an asyncio cluster client's timeout was not found, and BLPOP outlived it.
+    settings.SEMAPHORE_REDIS = {**settings.SEMAPHORE_REDIS, "OPTIONS": {"socket_timeout": 0.4}}
+    sem = Semaphore("short-read-timeout", limit=1, timeout=30)
+    held = await sem.aacquire()
+    started = time.monotonic()
+    assert await sem.aacquire(wait=1.5) is None  # waited, then refused: no TimeoutError
+    assert time.monotonic() - started >= 1.4
+    assert connection.socket_timeout(connection.get_async_client()) == 0.4
+    assert await held.arelease()
