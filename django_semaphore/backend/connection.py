@@ -28,6 +28,7 @@ from redis.retry import Retry
 from .. import signals
 from ..config import settings
 from ..exceptions import SemaphoreBackendError
+from . import forks
 
 #: What a failing Redis raises: redis-py's errors, and a cluster client's
 #: RedisClusterException, which is no RedisError ("Redis Cluster cannot be
@@ -74,6 +75,14 @@ def reset() -> None:
     with _lock:
         _sync_client = None
         _async_clients.clear()
+
+
+@forks.in_child
+def _new_lock() -> None:
+    # A thread of the parent may have held it at the fork (making a cluster's
+    # client, which connects): in the child nobody would ever release it.
+    global _lock
+    _lock = threading.Lock()
 
 
 @receiver(setting_changed)

@@ -379,3 +379,52 @@ async def test_an_async_waiter_on_a_cluster_blocks_within_a_short_socket_timeout
     assert time.monotonic() - started >= 1.4
     assert connection.socket_timeout(connection.get_async_client()) == 0.4
     assert await held.arelease()
+
+
+# -- fork --------------------------------------------------------------------------------
+
+
+def test_a_child_forked_while_a_thread_makes_the_client_makes_its_own(settings):
+    # A cluster's client connects while it is made, under the module's lock: here on a
+    # node that accepts and never answers, for a second.  A process forked meanwhile
+    # (gunicorn --preload, Celery prefork, with a thread warming up) inherits the lock
+    # held, by a thread it does not have.
+    import os
+    import socket
+    import threading
+
+    from tests.support.helpers import wait_until
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        settings.SEMAPHORE_REDIS = {"URL": url, "CLUSTER": True, "OPTIONS": {"socket_timeout": 1}}
+
+        def make():
+            with contextlib.suppress(SemaphoreBackendError):
+                connection.get_client()
+
+        thread = threading.Thread(target=make)
+        thread.start()
+        wait_until(connection._lock.locked, timeout=5, message="the thread making the client")
+        pid = os.fork()
+        if pid == 0:  # the child: its first call fails as the parent's did, and does not hang
+            code = 1
+            try:
+                connection.get_client()
+            except SemaphoreBackendError:
+                code = 0
+            finally:
+                os._exit(code)
+        thread.join()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                assert os.waitstatus_to_exitcode(status) == 0
+                return
+            time.sleep(0.05)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung on the connection lock its parent's thread held")
