@@ -274,6 +274,38 @@ def test_figures_refresh_without_a_reload(browser, live_server, holders, monkeyp
         assert page.evaluate("window.notReloaded") is True
 
 
+def test_a_refresh_never_moves_another_holder_under_the_button_aimed_at(
+    browser, live_server, holders, monkeypatch
+):
+    """The figures refresh while the operator aims at a Force release button: when a holder
+    above left meanwhile, the refresh moved the next holder's row (and button) under the
+    pointer, and the click released that one instead (carol, not bob). A refresh waits
+    while a button of the figures is hovered or focused."""
+    from playwright.sync_api import expect
+
+    monkeypatch.setattr(SemaphoreAdmin, "refresh_interval", 0.5)  # seconds; the default is 3
+    _user("admin", superuser=True)
+    alice, bob, carol = holders[:3]
+    with new_page(browser) as page:
+        _login(page, live_server, "admin", LIST_PATH + "reports/")
+        rows = page.locator("tr.sema-holder")
+        expect(rows).to_have_count(3)
+        box = rows.nth(1).get_by_role("button", name="Force release").bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)  # the operator aims at bob's button
+        alice.release()  # meanwhile, the first holder leaves
+        page.wait_for_timeout(2000)  # several refreshes are due
+        page.mouse.down()
+        page.mouse.up()
+        expect(page.locator(".messagelist")).to_contain_text(f"Released token {bob.token}")
+        assert [h.token for h in semaphores["reports"].holders()] == [carol.token]
+        # Once the pointer is elsewhere the figures refresh again.
+        page.mouse.move(0, 0)
+        carol.release()
+        expect(rows).to_have_count(0)
+        expect(page.locator(".sema-figures")).to_contain_text("0 of 4 in use")
+
+
 def test_view_only_user_sees_holders_but_no_buttons_or_identifiers(browser, live_server, holders):
     from playwright.sync_api import expect
 
