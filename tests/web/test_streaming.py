@@ -11,7 +11,7 @@ from django.test import RequestFactory
 
 from django_semaphore import semaphore, semaphores
 from tests.support.helpers import wait_until
-from tests.support.settings_web import WEB_SEMAPHORES
+from tests.support.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 from tests.support.views import gate_key
 
 
@@ -94,3 +94,42 @@ def test_unclosed_response_stops_renewing_when_collected():
     sem = semaphores["web-short"]
     wait_until(lambda: sem.available() == 1, timeout=15, message="abandoned lease expired")
     assert not captured[0].released
+
+
+def _etag_view(request):
+    return HttpResponse("hello", headers={"ETag": '"v1"'})
+
+
+@pytest.mark.parametrize("guard", ["decorator", "middleware"])
+def test_a_304_from_conditional_get_middleware_gives_back_the_slot(client, settings, guard):
+    """ConditionalGetMiddleware answers a revalidation (If-None-Match) with a new 304
+    response and drops the guarded one unclosed: its slot stayed taken until TIMEOUT, so
+    the next request got 429 (a browser revalidates on every reload)."""
+    from django.middleware.http import ConditionalGetMiddleware
+
+    sem = semaphores["web-one"]  # LIMIT 1, TIMEOUT 5 s
+    if guard == "decorator":
+        handler = ConditionalGetMiddleware(semaphore("web-one")(_etag_view))
+
+        def get(**headers):
+            return handler(RequestFactory().get("/", **headers))
+    else:
+        settings.SEMAPHORES = {
+            **WEB_SEMAPHORES,
+            "web-one": {**WEB_SEMAPHORES["web-one"], "PATHS": [r"^/web/hello/"]},
+        }
+        settings.MIDDLEWARE = ["django.middleware.http.ConditionalGetMiddleware", *MIDDLEWARE]
+
+        def get(**headers):
+            return client.get("/web/hello/", **headers)
+
+    first = get()
+    assert first.status_code == 200
+    first.close()
+    not_modified = get(HTTP_IF_NONE_MATCH=first["ETag"])
+    assert not_modified.status_code == 304
+    not_modified.close()  # as the server does once it has sent it (the test client did already)
+    wait_until(lambda: sem.available() == 1, timeout=2, message="the slot back after the 304")
+    response = get()
+    assert response.status_code == 200
+    response.close()
