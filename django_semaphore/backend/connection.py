@@ -182,7 +182,15 @@ def get_async_client() -> Any:
     client = _async_clients.get(loop)
     if client is None:
         settings.check_global()
-        client = _async_clients[loop] = _build_async(settings.setting("SEMAPHORE_REDIS"))
+        client = _build_async(settings.setting("SEMAPHORE_REDIS"))
+        with _lock:
+            # asyncio.run() and async_to_sync() make a loop per call.  A client holds
+            # its loop (its connections' streams do), so a weak key alone never lets
+            # a closed loop's client go: dropped here, its sockets are closed by the
+            # garbage collector.
+            for closed in [other for other in _async_clients if other.is_closed()]:
+                del _async_clients[closed]
+            client = _async_clients.setdefault(loop, client)
     return client
 
 

@@ -428,3 +428,31 @@ def test_a_child_forked_while_a_thread_makes_the_client_makes_its_own(settings):
         os.kill(pid, 9)
         os.waitpid(pid, 0)
         pytest.fail("the forked child hung on the connection lock its parent's thread held")
+
+
+# -- one asyncio client per event loop, and none for a loop that is gone ------------------------
+
+
+def test_an_event_loop_per_call_leaves_no_client_behind(own_server):
+    # asyncio.run() and asgiref's async_to_sync() (a sync view or a Celery task calling
+    # the async API) make a new event loop per call.  The client of each loop held its
+    # loop, which the weak key alone never let go: a client and its connections per call.
+    import asyncio
+    import gc
+    import warnings
+
+    sem = Semaphore("loop-per-call", limit=1, timeout=30)
+
+    async def cycle():
+        lease = await sem.aacquire()
+        assert lease is not None and await lease.arelease()
+
+    server = redis.Redis(port=own_server.port)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # the dead loops' sockets, closed by the GC
+        for _ in range(30):
+            asyncio.run(cycle())
+        gc.collect()
+        assert len(connection._async_clients) <= 1
+        assert server.info("clients")["connected_clients"] <= 3  # ours, and the last loop's
+    server.close()
