@@ -152,7 +152,8 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     #: Seconds between the in-page refreshes of the figures.
     refresh_interval = 3
-    #: Partitions shown per semaphore (busiest first).
+    #: Partitions shown per semaphore on the list, and per page (``?page=N``) on its own
+    #: page (busiest first).
     max_partitions = monitor.MAX_PARTITIONS
     list_template = "django_semaphore/admin/semaphore_list.html"
     detail_template = "django_semaphore/admin/semaphore_detail.html"
@@ -243,15 +244,32 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _partition_param(self, request: HttpRequest) -> str | None:
         return request.GET.get("partition") or None
 
+    def _page_param(self, request: HttpRequest) -> int:
+        """The page of partitions asked for (``?page=N``, from 1; 404 unless ASCII digits)."""
+        text = request.GET.get("page") or "1"
+        if not (text.isascii() and text.isdigit() and 1 <= len(text) <= 9 and int(text) >= 1):
+            raise Http404(_("No such page."))
+        return int(text)
+
+    def _query(self, request: HttpRequest) -> str:
+        """``?partition=...&page=...`` as the request has them (URL-encoded), or ``""``."""
+        params = {name: request.GET[name] for name in ("partition", "page") if request.GET.get(name)}
+        return "?" + urlencode(params) if params else ""
+
     def _read_all(self) -> tuple[list[monitor.SemaphoreSummary], str]:
         try:
             return monitor.read_all(self.max_partitions), ""
         except SemaphoreBackendError as exc:
             return [], str(exc)
 
-    def _read_one(self, name: str, partition: str | None) -> tuple[monitor.SemaphoreSummary, str]:
+    def _read_one(
+        self, name: str, partition: str | None, offset: int = 0
+    ) -> tuple[monitor.SemaphoreSummary, str]:
         try:
-            return monitor.read_semaphore(name, partition, self.max_partitions, with_holders=True), ""
+            summary = monitor.read_semaphore(
+                name, partition, self.max_partitions, with_holders=True, offset=offset
+            )
+            return summary, ""
         except ValueError:
             raise Http404(_("No such partition."))
         except SemaphoreBackendError as exc:
@@ -323,7 +341,8 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         target = self._target(object_id)
         name = target.name
         partition = self._partition_param(request)
-        view, error = self._read_one(target.ident, partition)
+        page = 1 if partition else self._page_param(request)
+        view, error = self._read_one(target.ident, partition, (page - 1) * self.max_partitions)
         now = self._holders_clock(target.semaphore, view)
         metas = [h.meta for p in view.partitions for h in p.holders]
         metas += [w.meta for p in view.partitions for w in p.waiters]
@@ -341,7 +360,15 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if form is None and controlled and self.has_change_permission(request):
             initial = {"limit": view.limit, "mode": view.mode, "total": view.total}
             form = self.control_form(initial=initial, with_total=view.total is not None)
-        query = "?" + urlencode({"partition": partition}) if partition else ""
+        query = self._query(request)
+        pages = {
+            "page_first": view.offset + 1,
+            "page_last": view.offset + len(view.partitions),
+            "prev_page_url": f"?page={page - 1}" if page > 1 else "",
+            "next_page_url": f"?page={page + 1}"
+            if view.offset + len(view.partitions) < view.partition_count
+            else "",
+        }
         return self._context(
             request,
             title=_("Semaphore “%(name)s”") % {"name": name},
@@ -357,7 +384,9 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             purge_url=self._reverse("purge", object_id) + query,
             history_url=self._reverse("history", object_id),
             control_form=form,
+            page_query=query,
             now=now,
+            **pages,
         )
 
     # -- pages ---------------------------------------------------------------
@@ -469,10 +498,9 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return None
 
     def _back(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
-        url = self._reverse("change", object_id)
-        partition = request.GET.get("partition")
+        """To the semaphore's page, on the partition or page the action was taken on."""
         # URL-encoded (not the admin's quote(), which is for object ids in paths: "_" -> "_5F").
-        return HttpResponseRedirect(url + ("?" + urlencode({"partition": partition}) if partition else ""))
+        return HttpResponseRedirect(self._reverse("change", object_id) + self._query(request))
 
     def force_release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST partition + token: remove that holder (change permission), logged to LogEntry."""

@@ -882,6 +882,50 @@ def test_an_action_goes_back_to_the_partition_it_was_taken_on(client, changer, s
     assert "partition=_" in page and "partition=_5F" not in page
 
 
+@pytest.mark.usefixtures("backend")
+def test_every_live_partition_can_be_reached_a_page_at_a_time(client, changer, settings, monkeypatch):
+    """The list and the semaphore's page show the busiest max_partitions partitions; the others
+    were only counted ("3 more partitions not shown"), with no way to open them: a holder in
+    one of them could not be seen or force-released from the admin. Pages (?page=N) list them."""
+    settings.SEMAPHORES = {"per-ip": {"LIMIT": 3, "TIMEOUT": 30, "KEY": "ip"}}
+    monkeypatch.setattr(SemaphoreAdmin, "max_partitions", 2)
+    per_ip = semaphores["per-ip"]
+    # Busiest first: 10.0.0.1 (3 held), 10.0.0.2 (2), then three of 1, by key hash.
+    held = [per_ip.acquire(key=f"10.0.0.{n}") for n, count in [(1, 3), (2, 2)] for _ in range(count)]
+    ones = {f"10.0.0.{n}": per_ip.acquire(key=f"10.0.0.{n}", meta={"job": f"job-{n}"}) for n in (3, 4, 5)}
+    held += ones.values()
+    last = sorted(ones, key=key_hash)[-1]  # the quietest partition: on page 3
+    client.force_login(changer)
+    try:
+        listing = client.get(LIST_URL).content.decode()
+        assert "3 more partitions not shown" in listing
+        assert f'href="{LIST_URL}per-ip/?page=2"' in listing
+
+        page = client.get(LIST_URL + "per-ip/").content.decode()
+        assert re.findall(r'data-partition="([^"]+)"', page) == [key_hash("10.0.0.1"), key_hash("10.0.0.2")]
+        assert "Partitions 1–2 of 5" in page and 'href="?page=2"' in page
+
+        page3 = client.get(LIST_URL + "per-ip/?page=3")
+        html = page3.content.decode()
+        assert re.findall(r'data-partition="([^"]+)"', html) == [key_hash(last)]
+        assert "Partitions 5–5 of 5" in html and 'href="?page=2"' in html and "?page=4" not in html
+        assert f"job-{last[-1]}" in html
+        status = client.get(LIST_URL + "per-ip/status.json?page=3").json()
+        assert [p["partition"] for p in status["partitions"]] == [key_hash(last)]
+        assert status["waiting"] == 0 and status["hidden_partitions"] == 4
+
+        lease = ones[last]
+        response = client.post(
+            LIST_URL + "per-ip/release/?page=3", {"partition": key_hash(last), "token": str(lease.token)}
+        )
+        assert response["Location"] == LIST_URL + "per-ip/?page=3"  # back where it was taken
+        assert lease.refresh() is False
+        assert client.get(LIST_URL + "per-ip/?page=x").status_code == 404
+    finally:
+        for lease in held:
+            lease.release()
+
+
 # -- TOTAL: the whole name's use above its partitions ------------------------------------------
 
 TOTAL_SEMAPHORES = {**SEMAPHORES, "exports": {"LIMIT": 2, "TIMEOUT": 30, "KEY": "user", "TOTAL": 3}}

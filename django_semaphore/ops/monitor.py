@@ -148,7 +148,8 @@ class SemaphoreSummary:
     algorithm: str = ""
     partitioned_by: str = ""
     partitions: list[PartitionSummary] = field(default_factory=list)
-    hidden: int = 0  # partitions not read (beyond MAX_PARTITIONS)
+    hidden: int = 0  # partitions not read (before ``offset`` and beyond MAX_PARTITIONS from it)
+    offset: int = 0  # partitions before the first one listed (busiest first): a page's start
     # The permits held and callers waiting in those hidden partitions (they count in the totals).
     hidden_in_use: int = 0
     hidden_waiting: int = 0
@@ -191,6 +192,11 @@ class SemaphoreSummary:
         """Lines the semaphore takes in the list page's table: the whole name's (TOTAL),
         then one per partition listed; at least one."""
         return max(1, len(self.partitions) + (self.whole is not None))
+
+    @property
+    def partition_count(self) -> int:
+        """Partitions in Redis (listed or not; with TOTAL, those holding permits or with waiters)."""
+        return len(self.partitions) + self.hidden
 
     @property
     def overridden(self) -> bool:
@@ -256,6 +262,7 @@ class SemaphoreSummary:
             "recent": recent_dict(self.recent),
             "adaptive": self.adaptive_dict(),
             "hidden_partitions": self.hidden,
+            "partition_offset": self.offset,
             "partitions": [p.as_dict(now, holders) for p in self.partitions],
         }
 
@@ -443,12 +450,20 @@ def checked_max_partitions(value: object) -> int:
     raise ValueError(f"max_partitions must be an int >= 1, not {value!r}.")
 
 
+def checked_offset(value: object) -> int:
+    """``value`` if it is a number of partitions to skip (an int >= 0); ValueError otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ValueError(f"offset must be an int >= 0, not {value!r}.")
+
+
 def read_semaphore(
     name: str,
     key_hash: str | None = None,
     max_partitions: int = MAX_PARTITIONS,
     with_holders: bool = True,
     found: list[PartitionKeys] | None = None,
+    offset: int = 0,
 ) -> SemaphoreSummary:
     """A :class:`SemaphoreSummary` of semaphore ``name``: every live partition, or only ``key_hash``.
 
@@ -456,7 +471,8 @@ def read_semaphore(
     if its name was cut: :attr:`SemaphoreSummary.ident`) as recorded in the
     registry (:func:`read_ad_hoc`).  An unpartitioned configured semaphore
     always shows its one partition, even with no keys in Redis.  Partitions
-    are sorted busiest first and cut at ``max_partitions``; ``found`` gives
+    are sorted busiest first and ``max_partitions`` of them listed from the
+    ``offset``-th (0: the busiest; a page of them); ``found`` gives
     them when the caller has already looked (else a SCAN does).  Holders are
     read with ``with_holders`` (else only as much as needed to label busy
     partitions).  Raises :class:`~django_semaphore.SemaphoreBackendError` if
@@ -464,13 +480,14 @@ def read_semaphore(
     ``error`` set instead.
     """
     checked_max_partitions(max_partitions)
+    checked_offset(offset)
     summary = SemaphoreSummary(name)
     try:
         config = settings.get_config(name)
     except ImproperlyConfigured as exc:
         entry = None if name in settings.names() else find_ad_hoc(name)
         if entry is not None:
-            return read_ad_hoc(entry, key_hash, max_partitions, with_holders, found)
+            return read_ad_hoc(entry, key_hash, max_partitions, with_holders, found, offset)
         summary.error = str(exc)
         return summary
     sem = Semaphore(name)
@@ -480,7 +497,7 @@ def read_semaphore(
         found = sem.partitions()
     if key_hash is None and config.key is None and not any(k.key_digest == UNPARTITIONED for k in found):
         found = [sem.partition(None), *found]
-    return _read(summary, sem, found, max_partitions, with_holders)
+    return _read(summary, sem, found, max_partitions, with_holders, offset=offset)
 
 
 def find_ad_hoc(ident: str) -> adhoc.Entry | None:
@@ -515,10 +532,12 @@ def read_ad_hoc(
     max_partitions: int = MAX_PARTITIONS,
     with_holders: bool = True,
     found: list[PartitionKeys] | None = None,
+    offset: int = 0,
 ) -> SemaphoreSummary:
     """A :class:`SemaphoreSummary` (``ad_hoc``) of the ad-hoc semaphore that ``entry`` records:
     its live partitions only, found by its name's digest (a name may have been cut)."""
     checked_max_partitions(max_partitions)
+    checked_offset(offset)
     summary = SemaphoreSummary(entry.name, ad_hoc=True, ident=entry.ident)
     try:
         sem = ad_hoc_semaphore(entry)
@@ -529,7 +548,7 @@ def read_ad_hoc(
         found = [partition_keys(sem, key_hash, entry.digest)]
     elif found is None:
         found = discovery.partitions(entry.name, entry.digest)
-    return _read(summary, sem, found, max_partitions, with_holders, recent=not entry.truncated)
+    return _read(summary, sem, found, max_partitions, with_holders, recent=not entry.truncated, offset=offset)
 
 
 def _read(
@@ -539,6 +558,7 @@ def _read(
     max_partitions: int,
     with_holders: bool,
     recent: bool = True,
+    offset: int = 0,
 ) -> SemaphoreSummary:
     config = sem.config
     summary.timeout, summary.algorithm = config.timeout, config.algorithm
@@ -553,11 +573,12 @@ def _read(
     found = discovery.expand(found)
     rows = [(_summary(sem.name, sem.status(keys=keys)), keys) for keys in found]
     rows.sort(key=lambda row: (not row[0].unpartitioned, -row[0].in_use, -row[0].waiting, row[0].key_hash))
-    if len(rows) > max_partitions:
-        summary.hidden = len(rows) - max_partitions
-        summary.hidden_in_use = sum(row[0].in_use for row in rows[max_partitions:])
-        summary.hidden_waiting = sum(row[0].waiting for row in rows[max_partitions:])
-        del rows[max_partitions:]
+    if offset or len(rows) > max_partitions:
+        unlisted = rows[:offset] + rows[offset + max_partitions :]
+        rows = rows[offset : offset + max_partitions]
+        summary.hidden, summary.offset = len(unlisted), offset
+        summary.hidden_in_use = sum(partition.in_use for partition, _ in unlisted)
+        summary.hidden_waiting = sum(partition.waiting for partition, _ in unlisted)
     for partition, keys in rows:
         if with_holders or partition.in_use or partition.waiting:
             _add_holders(sem, partition, keys)

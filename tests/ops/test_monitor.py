@@ -104,6 +104,27 @@ def test_partitions_beyond_the_maximum_are_counted_not_read():
     assert (len(view.partitions), view.hidden) == (3, 2)
 
 
+def test_partitions_are_read_a_page_at_a_time_from_an_offset():
+    per_ip = semaphores["per-ip"]  # LIMIT 2
+    held = [per_ip.acquire(key=f"10.0.4.{n}") for n in range(5)]
+    try:
+        pages = [monitor.read_semaphore("per-ip", max_partitions=2, offset=offset) for offset in (0, 2, 4, 6)]
+    finally:
+        for lease in held:
+            lease.release()
+    listed = [[p.key_hash for p in view.partitions] for view in pages]
+    assert [len(keys) for keys in listed] == [2, 2, 1, 0]
+    assert sorted(sum(listed, [])) == sorted(key_hash(f"10.0.4.{n}") for n in range(5))  # each once
+    assert [(view.offset, view.hidden, view.partition_count, view.in_use) for view in pages] == [
+        (0, 3, 5, 5),
+        (2, 3, 5, 5),
+        (4, 4, 5, 5),
+        (6, 5, 5, 5),
+    ]
+    with pytest.raises(ValueError, match="offset"):
+        monitor.read_semaphore("per-ip", offset=-1)
+
+
 def test_the_use_and_waiters_of_partitions_beyond_the_maximum_still_count():
     """A semaphore's in use and waiting (the admin's totals line and "Waiting now", the JSON)
     are every partition's, not only those listed: with 150 partitions of one holder each the
