@@ -203,6 +203,8 @@ def server_name(client: Any) -> str:
     try:
         if is_cluster(client):
             nodes = client.get_nodes() if hasattr(client, "get_nodes") else []
+            if not nodes:  # none known yet: an asyncio client connects at its first command
+                nodes = list(client.nodes_manager.startup_nodes.values())
             return "cluster " + ",".join(f"{n.host}:{n.port}" for n in nodes[:3])
         kwargs = client.connection_pool.connection_kwargs
         if "path" in kwargs:

@@ -318,6 +318,7 @@ def test_an_unreachable_cluster_raises_backend_error(settings, closed_port):
             call(Semaphore("cluster-down", limit=1))
         assert time.monotonic() - started < 5
         assert f"127.0.0.1:{closed_port}" in str(info.value)
+        assert info.value.server == f"cluster 127.0.0.1:{closed_port}"
 
 
 @pytest.mark.asyncio
@@ -334,6 +335,8 @@ async def test_an_unreachable_cluster_raises_backend_error_async(settings, close
             await call(Semaphore("cluster-down", limit=1))
         assert time.monotonic() - started < 5
         assert f"127.0.0.1:{closed_port}" in str(info.value)
+        # Named even though the client never reached a node (it connects at its first command).
+        assert info.value.server == f"cluster 127.0.0.1:{closed_port}"
 
 
 @pytest.mark.slow
