@@ -177,6 +177,16 @@ def late_job(label):
     return _body(label, JOBS, None)
 
 
+@app.task(name="tests.mortal_job")
+@semaphore_task(JOBS)
+def mortal_job(label):
+    """Acked on receipt (no redelivery): records its pid, for the test to kill its process."""
+    client = connection.get_client()
+    client.rpush(rec(f"pids:{label}"), os.getpid())
+    client.expire(rec(f"pids:{label}"), RECORD_TTL)
+    return _body(label, JOBS, None)
+
+
 @app.task(name="tests.followed")
 def followed(result, tag="link"):
     """What comes after a job (its chain's next task, or its link): records ``tag:result``."""

@@ -431,6 +431,23 @@ def test_an_acks_late_task_that_took_its_own_slot_gives_it_back_when_its_run_is_
     wait_until(lambda: app.JOBS.holders() == [], 10, message="every slot released")
 
 
+def test_the_slot_of_a_task_whose_process_was_killed_is_given_back_by_its_worker(app, worker, raw_redis, rec):
+    # No acks_late: nothing delivers the task again. Before, its slot stayed held until its
+    # lease expired (TIMEOUT after the watchdog's last refresh); the worker's main process
+    # now gives it back within about a second of the kill.
+    result = app.mortal_job.delay("m1")
+    started = lambda: raw_redis.llen(rec("pids:m1")) == 1 and _starts(raw_redis, rec)  # noqa: E731
+    wait_until(started, 20, message="m1 started")
+    (dead,) = [h for h in app.JOBS.holders() if h.meta.get("task_id") == result.id]
+    os.kill(int(raw_redis.lindex(rec("pids:m1"), 0)), signal.SIGKILL)
+    t0 = time.monotonic()
+    wait_until(lambda: app.JOBS.holders() == [], 30, interval=0.02, message="the dead run's slot given back")
+    given_back_at = server_ms(raw_redis)
+    print(f"\nthe slot of a killed task's process was given back in {time.monotonic() - t0:.2f} s")
+    assert given_back_at < dead.expires_at.timestamp() * 1000 - ONE_SECOND_MS
+    assert "whose process died" in worker.output()
+
+
 def test_one_ticket_never_runs_two_bodies(app, worker, raw_redis, rec):
     # Issue 22.3: two messages carrying one ticket ran their bodies at once on one slot.
     reports = Semaphore("reports")

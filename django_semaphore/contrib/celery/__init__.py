@@ -17,6 +17,9 @@ and the figures.  The parts:
   runs, and parks when there is none;
 * :mod:`.runs`: one live run per task id, none after one completed (Celery's
   redeliveries and duplicates);
+* :mod:`.orphans`: the slot of a run whose process died (SIGKILL, the OOM
+  killer, a hard time limit) given back at once, by the task's redelivery or
+  by the worker's main process, instead of when its lease expires;
 * :mod:`.parking`: the parked messages, in Redis, in arrival order;
 * :mod:`.dispatcher`: sends parked tasks again, each with a slot taken for it;
 * :mod:`.store`: the keys and Redis calls of all of the above.

@@ -32,7 +32,7 @@ from celery import current_app
 from ...engine import storage
 from ...engine.semaphore import Lease, Semaphore
 from ...exceptions import SemaphoreBackendError
-from . import parking, runs, store
+from . import orphans, parking, runs, store
 
 logger = logging.getLogger("django_semaphore")
 
@@ -270,6 +270,7 @@ class Dispatcher:
                 break
             try:
                 self._poll()
+                orphans.reap_due()  # the slots of this host's runs whose process died
             except SemaphoreBackendError as exc:
                 logger.warning("Could not dispatch parked tasks: %s", exc)
             except Exception:  # never let the thread die: parked tasks depend on it

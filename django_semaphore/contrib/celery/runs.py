@@ -97,6 +97,11 @@ class Run:
     slot: str = ""
     orphan: str = ""
 
+    @property
+    def pid(self) -> int:
+        """The process that claimed the run (its value: ``run:<host>:<pid>:...``)."""
+        return int(self.value.split(":", 3)[2])
+
 
 @dataclass(frozen=True, slots=True)
 class Duplicate:
@@ -137,7 +142,20 @@ def process_gone(host: str, pid: int) -> bool:
         return True
     except OSError:  # another user's process: alive
         return False
-    return False
+    return _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether process ``pid`` died and waits for its parent to reap it (Linux; False elsewhere).
+
+    A pool child killed a moment ago is one until its worker reaps it: dead,
+    though ``os.kill`` still finds it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # "pid (command) state ...": the command may hold spaces and parentheses.
+            return stat.read().rpartition(b")")[2].split()[:1] == [b"Z"]
+    except OSError:
+        return False
 
 
 def claim(keys: PartitionKeys, task_id: str, identifier: str = "") -> Run | Duplicate:
@@ -151,7 +169,7 @@ def claim(keys: PartitionKeys, task_id: str, identifier: str = "") -> Run | Dupl
     value = f"run:{HOST}:{os.getpid()}:{os.urandom(6).hex()}:{identifier}"
     deadline = time.monotonic() + HEARTBEAT_MS / 1000.0 + 1.0
     while True:
-        found = store.script(store.CLAIM_RUN, (key, slot), value, HEARTBEAT_MS)
+        found = store.script(store.CLAIM_RUN, (key, slot), value, HEARTBEAT_MS, f"{HOST}:{os.getpid()}:")
         if isinstance(found, list):
             heartbeat.add(key, value, slot)
             return Run(key, value, slot, _orphan(store.text(found[1])))

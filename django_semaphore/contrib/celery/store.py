@@ -11,7 +11,9 @@ has its own parked tasks, dispatcher lock and runs.
 * ``<partition>celery:r:<task id digest>``: a task id's run (:mod:`.runs`);
 * ``<partition>celery:s:<task id digest>``: the slot its run holds (:mod:`.runs`);
 * ``<prefix>:celery:parked``: a HASH of the partitions with parked tasks,
-  announced on a channel of the same name.
+  announced on a channel of the same name;
+* ``<prefix>:celery:h:<host>``: a HASH of a host's runs on slots they acquired
+  (:mod:`.orphans`).
 
 Each call goes through :mod:`django_semaphore.engine.storage`, so a Redis
 failure is a :class:`~django_semaphore.SemaphoreBackendError` and the scripts
@@ -30,6 +32,7 @@ LOCK_SUFFIX = "celery:l"  # STRING: the dispatcher of this partition now
 RUN_SUFFIX = "celery:r:"  # STRING per task id: its run, live or done (runs.py)
 SLOT_SUFFIX = "celery:s:"  # STRING per task id: the slot its live run holds (runs.py)
 REGISTRY_SUFFIX = "celery:parked"
+HOST_SUFFIX = "celery:h:"  # HASH per host: its runs on slots they acquired (orphans.py)
 
 PUSH = LuaScript("celery_push")
 POP_IF_HEAD = LuaScript("celery_pop_head")
@@ -39,6 +42,7 @@ UNREGISTER = LuaScript("celery_unregister")
 CLAIM_RUN = LuaScript("celery_claim_run")
 END_RUN = LuaScript("celery_end_run")
 BEAT = LuaScript("celery_beat")
+REAP = LuaScript("celery_reap")
 RENEW_IF = LuaScript("renew_if")
 SWAP_IF = LuaScript("swap_if")
 UNLOCK = LuaScript("unlock")
@@ -47,11 +51,13 @@ __all__ = [
     "BEAT",
     "CLAIM_RUN",
     "END_RUN",
+    "HOST_SUFFIX",
     "KEEP",
     "LOCK_SUFFIX",
     "POP_IF_HEAD",
     "PUSH",
     "QUEUE_SUFFIX",
+    "REAP",
     "REGISTER",
     "REGISTRY_SUFFIX",
     "RENEW_IF",
@@ -61,6 +67,7 @@ __all__ = [
     "UNLOCK",
     "UNREGISTER",
     "command",  # one command, and one of the scripts above, on the engine's Redis
+    "host_key",
     "lock_key",
     "queue_key",
     "registry_key",
@@ -98,6 +105,11 @@ def slot_key(keys: PartitionKeys, task_id: str) -> str:
 
 def _digest(task_id: str) -> str:
     return hashlib.sha256(str(task_id).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def host_key(host: str) -> str:
+    """The HASH of ``host``'s runs on slots they acquired: ``<pid>:<slot record key>`` -> the slot."""
+    return f"{key_prefix()}:{HOST_SUFFIX}{host}"
 
 
 def registry_key() -> str:

@@ -34,7 +34,7 @@ from ...engine.guards import holding
 from ...engine.handoff import HandoffError
 from ...engine.semaphore import Lease, Semaphore, adopt_ticket, lease_from_ticket, semaphores
 from ...exceptions import SemaphoreBackendError, SemaphoreFull
-from . import parking, runs
+from . import orphans, parking, runs
 from .dispatcher import PARKED_KWARG, dispatch
 
 logger = logging.getLogger("django_semaphore")
@@ -181,6 +181,7 @@ def _run_in_worker(
         runs.end(claimed, done=False)
         raise
     runs.hold(claimed, lease.identifier, lease.config.timeout)
+    orphans.register(claimed, semaphore, partition, lease.identifier, request.id, adopted=given is not None)
     return _hold(task, call, lease, semaphore, partition, claimed)
 
 
@@ -188,21 +189,13 @@ def _give_back_orphan(
     claimed: runs.Run, semaphore: Semaphore, partition: str | None, handed: Lease | None, task_id: str
 ) -> None:
     """Give back the slot a run of this task id held when its process died (``acks_late``
-    redelivered it), instead of leaving it held until its lease expires.
-
-    Not the slot this message's ticket hands over (the run adopts it again),
-    nor one the dead run handed on (adopted by another task: that task's now;
-    claimed for this task id first, so that nobody adopts it once given back).
-    """
+    redelivered it), instead of leaving it held until its lease expires (:mod:`.orphans`);
+    not the slot this message's ticket hands over: the run adopts it again."""
     orphan = claimed.orphan
     if not orphan or (handed is not None and orphan == handed.identifier):
         return
-    keys = semaphore.partition(partition)
     try:
-        if not handoff.claim(keys, orphan, semaphore.config.timeout, str(task_id)):
-            return
-        if semaphore.force_release(orphan, keys=keys):
-            logger.info("Task %s gave back the slot of its run that died (holder %s).", task_id, orphan)
+        orphans.give_back(semaphore, partition, orphan, task_id)
     except SemaphoreBackendError as exc:
         logger.warning("Task %s could not give back the slot of its run that died: %s", task_id, exc)
 
@@ -278,6 +271,7 @@ def _hold(
         return result
     finally:
         runs.end(claimed, done=done, ttl=max(runs.DONE_TTL, semaphore.config.timeout + 1))
+        orphans.unregister(claimed)
         try:
             dispatch(semaphore, partition, task.app)  # the next parked task gets this slot now
         except SemaphoreBackendError as exc:

@@ -155,7 +155,8 @@ def test_a_slot_whose_holder_may_be_alive_is_no_orphan(keys, backend_redis, wher
     run = runs.claim(keys, "t-10", "")
     assert isinstance(run, runs.Run) and run.orphan == ""
     runs.end(run, done=False)
-    assert backend_redis.get(store.slot_key(keys, "t-10")).decode() == record  # not this run's
+    # Taken over all the same: it names this process now (no reaper gives it back under it).
+    assert backend_redis.get(store.slot_key(keys, "t-10")).decode() == f"{runs.HOST}:{os.getpid()}:lease-a"
 
 
 def test_a_held_slot_is_recorded_for_as_long_as_its_lease_can_live(keys, quick, backend_redis):
@@ -168,3 +169,19 @@ def test_a_held_slot_is_recorded_for_as_long_as_its_lease_can_live(keys, quick, 
     assert 0 < backend_redis.pttl(slot) <= 1500
     runs.end(run, done=True)
     assert not backend_redis.exists(slot)
+
+
+def _state(pid):
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rpartition(b")")[2].split()[0]
+
+
+def test_a_process_that_died_and_is_not_reaped_yet_is_gone():
+    # A pool child killed a moment ago stays a zombie until its worker reaps it.
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        wait_until(lambda: _state(child.pid) == b"Z", message="a zombie")
+        assert runs.process_gone(runs.HOST, child.pid)
+    finally:
+        child.wait()
+    assert not runs.process_gone(runs.HOST, os.getppid())  # a live process is not
