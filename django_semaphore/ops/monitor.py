@@ -497,7 +497,7 @@ def read_semaphore(
         found = sem.partitions()
     if key_hash is None and config.key is None and not any(k.key_digest == UNPARTITIONED for k in found):
         found = [sem.partition(None), *found]
-    return _read(summary, sem, found, max_partitions, with_holders, offset=offset)
+    return _read(summary, sem, found, Page(max_partitions, offset, with_holders))
 
 
 def find_ad_hoc(ident: str) -> adhoc.Entry | None:
@@ -548,17 +548,26 @@ def read_ad_hoc(
         found = [partition_keys(sem, key_hash, entry.digest)]
     elif found is None:
         found = discovery.partitions(entry.name, entry.digest)
-    return _read(summary, sem, found, max_partitions, with_holders, recent=not entry.truncated, offset=offset)
+    page = Page(max_partitions, offset, with_holders)
+    return _read(summary, sem, found, page, recent=not entry.truncated)
+
+
+@dataclass(frozen=True)
+class Page:
+    """Which partitions an overview lists: ``size`` of them from the ``offset``-th (busiest
+    first), with their holders (``holders``), else only as much as labels busy ones."""
+
+    size: int
+    offset: int = 0
+    holders: bool = True
 
 
 def _read(
     summary: SemaphoreSummary,
     sem: Semaphore,
     found: list[PartitionKeys],
-    max_partitions: int,
-    with_holders: bool,
+    page: Page,
     recent: bool = True,
-    offset: int = 0,
 ) -> SemaphoreSummary:
     config = sem.config
     summary.timeout, summary.algorithm = config.timeout, config.algorithm
@@ -573,14 +582,15 @@ def _read(
     found = discovery.expand(found)
     rows = [(_summary(sem.name, sem.status(keys=keys)), keys) for keys in found]
     rows.sort(key=lambda row: (not row[0].unpartitioned, -row[0].in_use, -row[0].waiting, row[0].key_hash))
-    if offset or len(rows) > max_partitions:
-        unlisted = rows[:offset] + rows[offset + max_partitions :]
-        rows = rows[offset : offset + max_partitions]
+    offset, end = page.offset, page.offset + page.size
+    if offset or len(rows) > end:
+        unlisted = rows[:offset] + rows[end:]
+        rows = rows[offset:end]
         summary.hidden, summary.offset = len(unlisted), offset
         summary.hidden_in_use = sum(partition.in_use for partition, _ in unlisted)
         summary.hidden_waiting = sum(partition.waiting for partition, _ in unlisted)
     for partition, keys in rows:
-        if with_holders or partition.in_use or partition.waiting:
+        if page.holders or partition.in_use or partition.waiting:
             _add_holders(sem, partition, keys)
         else:
             partition.label = _label(partition.key_hash, [])
