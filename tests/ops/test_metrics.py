@@ -20,15 +20,20 @@ pytestmark = pytest.mark.urls(__name__)
 @pytest.fixture(autouse=True)
 def forget_ad_hoc_semaphores():
     """Other tests use hundreds of ad-hoc names: start each test with none tracked,
-    and none in the tally (whose names are labelled in the order they were first counted)."""
+    and none in the tally (whose names are labelled in the order they were first counted,
+    each row under the label it was first reported with)."""
     saved, counted = dict(metrics._tracked), dict(tally._counts)
+    labelled = dict(metrics._counted_as)
     metrics._tracked.clear()
     tally._counts.clear()
+    metrics._counted_as.clear()
     yield
     metrics._tracked.clear()
     metrics._tracked.update(saved)
     tally._counts.clear()
     tally._counts.update(counted)
+    metrics._counted_as.clear()
+    metrics._counted_as.update(labelled)
 
 
 def scrape(client, accept=None):
@@ -303,3 +308,25 @@ def test_names_sharing_the_other_label_are_added_up(client, configured, monkeypa
     assert delta(before, samples, count, semaphore="_other", outcome="acquired") == 2
     inf = "django_semaphore_wait_seconds_bucket"
     assert delta(before, samples, inf, semaphore="_other", outcome="acquired", le="+Inf") == 2
+
+
+def test_a_name_tracked_after_counting_under_other_never_makes_a_counter_go_down(
+    client, configured, monkeypatch
+):
+    """The counts of a name beyond MAX_AD_HOC are reported under "_other"; track() of that
+    name afterwards (for its gauges) moved its counts to its own label at the next scrape,
+    so "_other"'s counters went down, which Prometheus takes for a restart (a rate spike)."""
+    monkeypatch.setattr(metrics, "MAX_AD_HOC", 1)
+    names = [Semaphore(f"late-{n}", limit=1, timeout=5) for n in range(3)]
+    for sem in names:
+        sem.acquire().release()
+    before = scrape(client)
+    assert value(before, "django_semaphore_acquisitions_total", semaphore="_other") == 2
+    track(names[1])
+    after = scrape(client)
+    for counter in ("django_semaphore_acquisitions_total", "django_semaphore_releases_total"):
+        assert value(after, counter, semaphore="_other") == 2, counter  # not down to 1
+    names[1].acquire().release()
+    names[2].acquire().release()
+    assert value(scrape(client), "django_semaphore_acquisitions_total", semaphore="_other") == 4
+    assert value(after, "django_semaphore_limit", semaphore="late-1") == 1  # its gauges, from now on

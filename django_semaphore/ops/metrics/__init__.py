@@ -332,12 +332,22 @@ class SemaphoreCollector(Collector):
         return families
 
 
+#: The label each tally row's counts were first reported under (by name; at most
+#: tally.MAX_NAMES + 1 rows): a counter must never go down, so a name counted under
+#: OTHER stays there when track() later gives it a label of its own (for its gauges).
+_counted_as: dict[str | None, str] = {}
+
+
 def _tally_by_label() -> dict[str, list[tally.Row]]:
     """This process's tally rows, by ``semaphore`` label (names beyond the bounds: OTHER,
     which several rows may share)."""
     rows: dict[str, list[tally.Row]] = {}
     for row in tally.rows():
-        label = OTHER if row.owner is None else _label(cast("Semaphore", row.owner))
+        label = _counted_as.get(row.name)
+        if label is None:
+            label = OTHER if row.owner is None else _label(cast("Semaphore", row.owner))
+            with _lock:
+                _counted_as.setdefault(row.name, label)
         rows.setdefault(label, []).append(row)
     return rows
 
