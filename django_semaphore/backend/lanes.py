@@ -83,7 +83,8 @@ __all__ = ["IDLE", "AsyncLane", "Lane", "async_lane", "lane"]
 
 #: Idle connections a lane keeps at most; one more returns to the pool.  A pool
 #: with a bound (``max_connections``, which a django-redis cache may share with
-#: the app) lends a lane at most an eighth of it to keep idle, and at least one.
+#: the app) lends a lane at most an eighth of it to keep idle, and at least one,
+#: but none from a pool of one connection: the others using it would never get it.
 IDLE = 8
 
 #: Packs a command (a tuple of its words) into what ``send_packed_command`` sends: a list of bytes.
@@ -104,7 +105,7 @@ class _Kept:
         self._pack = pack
         self._idle: list[Any] = []
         bound = getattr(pool, "max_connections", None)
-        self._keep = IDLE if not isinstance(bound, int) else max(1, min(IDLE, bound // 8))
+        self._keep = IDLE if not isinstance(bound, int) else max(1, min(IDLE, bound // 8)) if bound > 1 else 0
 
 
 class Lane(_Kept):

@@ -425,3 +425,36 @@ async def test_an_async_pipeline_reads_every_reply_even_after_an_error(server, p
         await lane.pipeline(commands)
     assert await lane.pipeline((("GET", "text"),)) == [b"v"]
     await client.aclose()
+
+
+def test_a_pool_of_one_connection_is_shared_with_the_cache(settings, server):
+    # One connection per process (a single-threaded worker under a managed Redis's
+    # client limit), taken in turns by the django-redis cache, the semaphores and the
+    # background poller (a blocking pool: a caller waits for it): the lane must not keep it.
+    from django.core.cache import caches
+
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            # A URL of this test's own: django-redis keeps its pools per URL.
+            "LOCATION": f"redis://127.0.0.1:{server.port}/2",
+            "OPTIONS": {
+                "CONNECTION_POOL_CLASS": "redis.BlockingConnectionPool",
+                "CONNECTION_POOL_KWARGS": {"max_connections": 1, "timeout": 2},
+            },
+        }
+    }
+    settings.SEMAPHORE_REDIS = "default"
+    cache = caches["default"]
+    try:
+        cache.set("before", 1)
+        sem = Semaphore("one-connection", limit=2, timeout=30)
+        lease = sem.acquire()  # NOSCRIPT, then EVAL: the server has no script yet
+        assert lease is not None
+        assert cache.get("before") == 1  # the cache still gets the connection
+        assert sem.acquire() is not None
+        assert lease.release() is True
+        cache.set("after", 2)
+        assert cache.get("after") == 2
+    finally:
+        connection.reset()
