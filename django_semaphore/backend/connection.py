@@ -65,7 +65,13 @@ _ASYNC_KWARGS = (
     "ssl_cert_reqs",
     "ssl_ca_certs",
     "ssl_ca_data",
+    "ssl_ca_path",
     "ssl_check_hostname",
+    "ssl_ciphers",
+    "ssl_min_version",
+    "ssl_password",
+    # Rotating credentials (a cloud's IAM or Entra tokens) instead of a password.
+    "credential_provider",
 )
 
 

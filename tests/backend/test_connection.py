@@ -459,3 +459,33 @@ def test_an_event_loop_per_call_leaves_no_client_behind(own_server):
         assert len(connection._async_clients) <= 1
         assert server.info("clients")["connected_clients"] <= 3  # ours, and the last loop's
     server.close()
+
+
+# -- the asyncio twin of a django-redis client -------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_the_async_client_of_an_alias_authenticates_as_the_sync_one(settings, own_server):
+    # redis-py's way to authenticate with rotating credentials (a cloud's IAM or Entra
+    # token) is a credential_provider in the pool's arguments, not a password.
+    from redis.credentials import UsernamePasswordCredentialProvider
+
+    admin = redis.Redis(port=own_server.port)
+    admin.execute_command("ACL", "SETUSER", "app", "on", ">app-secret", "~*", "&*", "+@all")
+    admin.config_set("requirepass", "admin-secret")  # no one gets in without credentials now
+    admin.close()
+    provider = UsernamePasswordCredentialProvider("app", "app-secret")
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": own_server.url,
+            "OPTIONS": {"SOCKET_TIMEOUT": 2, "CONNECTION_POOL_KWARGS": {"credential_provider": provider}},
+        }
+    }
+    settings.SEMAPHORE_REDIS = "default"
+    sem = Semaphore("credentials", limit=2, timeout=30)
+    lease = sem.acquire()
+    assert lease is not None
+    other = await sem.aacquire()
+    assert other is not None
+    assert await other.arelease() and lease.release()
