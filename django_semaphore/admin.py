@@ -256,11 +256,11 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         params = {name: request.GET[name] for name in ("partition", "page") if request.GET.get(name)}
         return "?" + urlencode(params) if params else ""
 
-    def _read_all(self) -> tuple[list[monitor.SemaphoreSummary], str]:
+    def _read_all(self) -> tuple[monitor.Overview, str]:
         try:
-            return monitor.read_all(self.max_partitions), ""
+            return monitor.overview(self.max_partitions), ""
         except SemaphoreBackendError as exc:
-            return [], str(exc)
+            return monitor.Overview([]), str(exc)
 
     def _read_one(
         self, name: str, partition: str | None, offset: int = 0
@@ -322,7 +322,8 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         }
 
     def _list_context(self, request: HttpRequest) -> dict[str, Any]:
-        views, error = self._read_all()
+        found, error = self._read_all()
+        views = found.semaphores
         for view in views:
             view.url = self._reverse("change", quote(view.ident))  # type: ignore[attr-defined]
         return self._context(
@@ -330,7 +331,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             title=_("Semaphores"),
             subtitle=None,
             semaphores=views,
-            totals=monitor.totals(views),
+            totals=monitor.totals(views, found.ad_hoc_not_listed),
             backend_error=error,
             status_url=self._reverse("status"),
         )

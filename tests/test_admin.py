@@ -492,6 +492,30 @@ def test_an_ad_hoc_holder_can_be_force_released(client, changer):
 
 
 @pytest.mark.usefixtures("backend")
+def test_ad_hoc_semaphores_beyond_the_maximum_are_said_to_be_left_out(client, viewer, monkeypatch):
+    """The list shows MAX_AD_HOC ad-hoc semaphores (by name); the others in use were left out
+    without a word, and out of the totals line, so an operator looking for one found nothing."""
+    from django_semaphore import Semaphore as Sem
+    from django_semaphore.ops import monitor
+    from django_semaphore.runtime import adhoc, stats
+
+    monkeypatch.setattr(monitor, "MAX_AD_HOC", 1)
+    adhoc.forget()
+    held = [Sem(name, limit=2, timeout=30).acquire() for name in ("adhoc-a", "adhoc-b")]
+    stats.flush()
+    client.force_login(viewer)
+    try:
+        html = client.get(LIST_URL).content.decode()
+        data = client.get(LIST_URL + "status.json").json()
+    finally:
+        for lease in held:
+            lease.release()
+    assert 'data-semaphore="adhoc-a"' in html and 'data-semaphore="adhoc-b"' not in html
+    assert "1 more ad-hoc semaphore in use is not listed (nor counted above)" in html
+    assert data["totals"]["ad_hoc_not_listed"] == 1
+
+
+@pytest.mark.usefixtures("backend")
 def test_a_hostile_ad_hoc_name_is_escaped_and_cut(client, viewer):
     from django_semaphore import Semaphore as Sem
     from django_semaphore.runtime import adhoc, stats

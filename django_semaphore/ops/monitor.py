@@ -322,6 +322,7 @@ class Totals:
     refused: int = 0
     dry_run_refused: int = 0
     overridden: list[str] = field(default_factory=list)
+    ad_hoc_not_listed: int = 0  # ad-hoc semaphores in use beyond MAX_AD_HOC: not in the figures
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -331,12 +332,14 @@ class Totals:
             "refused": self.refused,
             "dry_run_refused": self.dry_run_refused,
             "overridden": self.overridden,
+            "ad_hoc_not_listed": self.ad_hoc_not_listed,
         }
 
 
-def totals(summaries: Iterable[SemaphoreSummary]) -> Totals:
-    """Sum the figures of ``summaries`` (cluster-wide: every process's, as Redis has them)."""
-    total = Totals()
+def totals(summaries: Iterable[SemaphoreSummary], ad_hoc_not_listed: int = 0) -> Totals:
+    """Sum the figures of ``summaries`` (cluster-wide: every process's, as Redis has them);
+    ``ad_hoc_not_listed``: the ad-hoc semaphores left out of them (:attr:`Overview.ad_hoc_not_listed`)."""
+    total = Totals(ad_hoc_not_listed=ad_hoc_not_listed)
     for summary in summaries:
         total.semaphores += 1
         total.in_use += summary.in_use
@@ -615,6 +618,20 @@ def read_all(max_partitions: int = MAX_PARTITIONS, with_holders: bool = False) -
     One SCAN finds the partitions of all of them; one read of the registry
     names the ad-hoc ones (partitions of a semaphore in neither are left out).
     """
+    return overview(max_partitions, with_holders).semaphores
+
+
+@dataclass
+class Overview:
+    """What :func:`overview` read: the summaries, and how many ad-hoc semaphores in use
+    were left out of them (beyond :data:`MAX_AD_HOC`, by name)."""
+
+    semaphores: list[SemaphoreSummary]
+    ad_hoc_not_listed: int = 0
+
+
+def overview(max_partitions: int = MAX_PARTITIONS, with_holders: bool = False) -> Overview:
+    """:func:`read_all`, saying how many ad-hoc semaphores in use it left out."""
     checked_max_partitions(max_partitions)
     groups = discovery.find()
     summaries = [
@@ -624,13 +641,13 @@ def read_all(max_partitions: int = MAX_PARTITIONS, with_holders: bool = False) -
     ]
     others = {g.partitions[0].name_digest: g for g in groups if not g.configured and g.partitions}
     if not others:
-        return summaries
+        return Overview(summaries)
     recorded = ad_hoc_entries()
     ad_hoc = sorted((recorded[digest] for digest in others if digest in recorded), key=lambda e: e.name)
     for entry in ad_hoc[:MAX_AD_HOC]:
         found = others[entry.digest].partitions
         summaries.append(read_ad_hoc(entry, None, max_partitions, with_holders, found))
-    return summaries
+    return Overview(summaries, max(0, len(ad_hoc) - MAX_AD_HOC))
 
 
 def purge_ad_hoc(entry: adhoc.Entry, dry_run: bool = False) -> int:
