@@ -789,7 +789,7 @@ def test_custom_site(client, db):
 
 
 @pytest.mark.usefixtures("backend")
-def test_permits_slots_and_waiters_in_serving_order(client, viewer, settings):
+def test_permits_slots_and_waiters_in_serving_order(client, viewer, settings, monkeypatch):
     settings.SEMAPHORES = {**SEMAPHORES, "gpus": {"LIMIT": 4, "TIMEOUT": 30, "SLOTS": True}}
     gpus = semaphores["gpus"]
     big = gpus.acquire(permits=3, meta={"job": "train"})
@@ -825,6 +825,12 @@ def test_permits_slots_and_waiters_in_serving_order(client, viewer, settings):
             ("high", 9, 1),
             ("low", 0, 2),
         ]
+        # The list of waiters is cut (MAX_WAITERS_SHOWN, 50): it says so, it used to stop short.
+        from django_semaphore.ops import monitor
+
+        monkeypatch.setattr(monitor, "MAX_WAITERS_SHOWN", 1)
+        html = client.get(LIST_URL + "gpus/").content.decode()
+        assert html.count('class="sema-waiter"') == 1 and "1 more waiter not shown" in html
     finally:
         big.release()
         small.release()

@@ -97,6 +97,13 @@ class PartitionSummary:
         return free if self.total_free is None else min(free, self.total_free)
 
     @property
+    def waiters_not_shown(self) -> int:
+        """Waiters beyond the :data:`MAX_WAITERS_SHOWN` listed (0 when the list is not cut)."""
+        if len(self.waiters) < MAX_WAITERS_SHOWN:
+            return 0
+        return max(0, self.waiting - len(self.waiters))
+
+    @property
     def held_back(self) -> bool:
         """TOTAL: the partition has room under its limit, but the name's total has none left."""
         return self.total_free == 0 and self.in_use < self.limit
