@@ -278,13 +278,13 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _holders_clock(self, sem: Engine, view: monitor.SemaphoreSummary) -> datetime.datetime:
         """Now, on the clock that wrote the expiries and arrivals shown (Redis's for "lua"):
         a round trip only when there are holders or waiters to show, this process's clock
-        if Redis fails."""
+        if Redis fails.  Aware, as they are (``timezone.now()`` is naive with USE_TZ False)."""
         if not any(p.holders or p.waiters for p in view.partitions):
-            return timezone.now()
+            return datetime.datetime.now(datetime.UTC)
         try:
             return monitor.holders_clock(sem)
         except (SemaphoreBackendError, ImproperlyConfigured):
-            return timezone.now()
+            return datetime.datetime.now(datetime.UTC)
 
     def _user_names(self, values: Iterable[Any]) -> dict[str, str]:
         """{str(pk): username} of the users the web layer recorded (meta "user" is the pk)."""
@@ -344,7 +344,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         partition = self._partition_param(request)
         page = 1 if partition else self._page_param(request)
         view, error = self._read_one(target.ident, partition, (page - 1) * self.max_partitions)
-        now = self._holders_clock(target.semaphore, view)
+        now = self._holders_clock(target.semaphore, view)  # for expiries and waits only
         metas = [h.meta for p in view.partitions for h in p.holders]
         metas += [w.meta for p in view.partitions for w in p.waiters]
         names = self._user_names(meta.get("user") for meta in metas)
@@ -386,7 +386,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             history_url=self._reverse("history", object_id),
             control_form=form,
             page_query=query,
-            now=now,
+            clock=now,
             **pages,
         )
 
@@ -486,7 +486,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """A semaphore page's figures and holders as JSON (never lease identifiers)."""
         self._require_view(request)
         context = self._detail_context(request, object_id)
-        data = context["semaphore"].as_dict(context["now"], holders=True)
+        data = context["semaphore"].as_dict(context["clock"], holders=True)
         return self._json(request, context, "django_semaphore/admin/_holders.html", data)
 
     # -- actions -------------------------------------------------------------

@@ -318,6 +318,27 @@ def test_expires_in_and_waited_are_on_the_clock_that_wrote_them(
 
 
 @pytest.mark.usefixtures("backend")
+@pytest.mark.parametrize("algorithm", ["lua", "fair"])
+def test_a_project_without_time_zones_sees_its_holders(client, viewer, settings, algorithm):
+    """USE_TZ = False (projects started before Django 5.0 often keep it): timezone.now() is
+    naive, and subtracting it from a holder's aware expiry raised TypeError: a semaphore's
+    page and its JSON answered 500 as soon as it had a holder."""
+    settings.SEMAPHORES = {"quick": {"LIMIT": 1, "TIMEOUT": 30, "ALGORITHM": algorithm}}
+    client.force_login(viewer)
+    settings.USE_TZ = False
+    lease = semaphores["quick"].acquire(meta={"job": "nightly"})
+    try:
+        page = client.get(LIST_URL + "quick/")
+        status = client.get(LIST_URL + "quick/status.json")
+    finally:
+        lease.release()
+    assert page.status_code == 200 and status.status_code == 200
+    expires_in = int(re.search(r'class="field-expires_in[^>]*>(\d+) s<', page.content.decode()).group(1))
+    assert 25 <= expires_in <= 30
+    assert 25 <= status.json()["partitions"][0]["holders"][0]["expires_in"] <= 30
+
+
+@pytest.mark.usefixtures("backend")
 @pytest.mark.parametrize("user", ["99999999999999999999", -(10**30)], ids=["20 digits", "-10**30"])
 def test_a_user_meta_beyond_the_databases_integers_is_shown_not_a_500(client, viewer, user):
     """A caller's meta "user" (an external account number, say) too large for the

@@ -364,10 +364,11 @@ def holders_clock(sem: Semaphore) -> datetime.datetime:
     (``TIME``) for "lua", whose scripts also stamp the waiters' arrival; this process's
     for the Redis in Action variants, which write expiries on their client's clock.
     What :func:`expires_in` and a waiter's wait are counted against, so that a web
-    server whose clock is off from Redis's shows them right.  Raises
+    server whose clock is off from Redis's shows them right.  Aware (UTC), as the
+    expiries are, whatever USE_TZ says.  Raises
     :class:`~django_semaphore.SemaphoreBackendError` if Redis fails."""
     if ALGORITHMS[sem.config.algorithm].clock():
-        return timezone.now()
+        return datetime.datetime.now(datetime.UTC)
     seconds, micros = run(connection.get_client(), _server_time())
     return datetime.datetime.fromtimestamp(seconds + micros / 1e6, tz=datetime.UTC)
 
