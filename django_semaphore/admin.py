@@ -146,6 +146,16 @@ class RuntimeControlForm(forms.Form):
         wanted = {name: self.cleaned_data[name] for name in names}
         return {name: value for name, value in wanted.items() if value != getattr(current, name)}
 
+    def moved(self, current: Effective) -> list[str]:
+        """The fields left as shown whose value in force is no longer the one shown (changed
+        meanwhile by someone else, or by the adaptive controller): not applied."""
+        names = [name for name in ("limit", "mode", "total") if name in self.fields]
+        return [
+            name
+            for name in names
+            if name not in self.changed_data and self.cleaned_data[name] != getattr(current, name)
+        ]
+
 
 class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """The semaphore dashboard: a list page and one page per semaphore."""
@@ -446,7 +456,12 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 assert form is not None
                 changes = form.changes(old)
                 if not changes:
-                    messages.info(request, nothing_changed(old))
+                    text = nothing_changed(old)
+                    if form.moved(old):
+                        text += " " + _(
+                            "The values in force changed since this page was shown: it shows them now."
+                        )
+                    messages.info(request, text)
                     return None, self._back(request, object_id)
                 new = sem.override(**changes, user=request.user)
         except ValueError as exc:  # the engine's own validation: nothing was written

@@ -570,6 +570,15 @@ def test_a_field_left_as_shown_keeps_a_change_made_meanwhile(changer, changes):
     client.post(PAGE, {**shown, "limit": "1"})
     assert _effective() == Effective(1, "off", "override")  # the mode stays "off"
 
+    # Applied as shown after a change elsewhere: nothing is written, and the page says why.
+    shown = _form_as_shown(client, PAGE)  # limit 1, mode off
+    semaphores["reports"].override(limit=2)
+    response = client.post(PAGE, shown, follow=True)
+    assert "Nothing changed: limit 2 and mode off are already in force." in _text(response)
+    assert "The values in force changed since this page was shown: it shows them now." in _text(response)
+    assert _form_as_shown(client, PAGE)["limit"] == "2"
+    assert LogEntry.objects.count() == 2
+
 
 def test_a_mode_change_does_not_pin_an_adaptive_limit_that_moved(changer, settings):
     """On an adaptive semaphore, the limit shown is the controller's of that moment: a mode
