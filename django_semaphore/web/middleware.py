@@ -21,10 +21,11 @@ of them or none.  Place it after AuthenticationMiddleware when a KEY is "user".
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import ResolverMatch
 
@@ -35,6 +36,16 @@ from .request_guard import RequestGuard
 
 #: The attribute a request keeps the middleware's RequestGuard in.
 GUARD_ATTR = "_semaphore_middleware_guard"
+
+
+def _runs_in_a_thread(request: HttpRequest) -> bool:
+    """Whether ``request``'s view is a sync one, which Django runs in a thread under ASGI."""
+    view = getattr(getattr(request, "resolver_match", None), "func", None)
+    return view is not None and not iscoroutinefunction(view)
+
+
+def _nothing() -> None:
+    return None
 
 
 def matching_needs(request: HttpRequest, resolver_match: ResolverMatch | None) -> list[Need]:
@@ -88,10 +99,13 @@ class SemaphoreMiddleware:
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         try:
             response = await self.get_response(request)
-        except BaseException:
+        except BaseException as exc:
             # Raised, or cancelled (the ASGI client went away, Django >= 5.0):
-            # release now, even if the task is cancelled again meanwhile.
-            await run_to_completion(self._arelease(request))
+            # release now, even if the task is cancelled again meanwhile.  A sync
+            # view cancelled goes on in its thread, which a cancel cannot stop:
+            # then once it has returned, or LIMIT would be exceeded meanwhile.
+            in_thread = isinstance(exc, asyncio.CancelledError) and _runs_in_a_thread(request)
+            await run_to_completion(self._arelease(request, after_view=in_thread))
             raise
         return self._finish(request, response)
 
@@ -139,9 +153,13 @@ class SemaphoreMiddleware:
         if guard is not None:
             guard.release()
 
-    async def _arelease(self, request: HttpRequest) -> None:
+    async def _arelease(self, request: HttpRequest, after_view: bool = False) -> None:
         guard = getattr(request, GUARD_ATTR, None)
         if guard is not None:
+            if after_view:
+                # Behind the view in the request's one sync thread (Django runs a
+                # sync view thread_sensitive, one thread per request): done once it is.
+                await sync_to_async(_nothing, thread_sensitive=True)()
             await guard.arelease()
 
     def _finish(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:

@@ -278,6 +278,11 @@ async def aprobe_plain(request):
     return await _probe_async(request, "mw-async")
 
 
+def probe_plain(request):
+    """Undecorated sync view with a probe: guarded only by the middleware rules."""
+    return _probe_sync(request, "mw-sync")
+
+
 def plain(request):
     """Undecorated: guarded only by the middleware rules."""
     return leases_json(request)

@@ -30,6 +30,7 @@ urlpatterns = [
     path("along/", views.along, name="along"),
     path("hello/", views.hello, name="hello"),
     path("mw/path/", views.plain, name="mw-path"),
+    path("mw/path/probe/", views.probe_plain, name="mw-path-probe"),
     path("mw/apath/", views.aprobe_plain, name="mw-apath"),
     path("pair/xy/", views.pair_xy, name="pair-xy"),
     path("pair/yx/", views.pair_yx, name="pair-yx"),

@@ -492,6 +492,34 @@ def test_disconnect_while_the_view_runs_gives_back_at_once_on_uvicorn(uvicorn, s
     assert freed < GIVEN_BACK_WITHIN
 
 
+def test_disconnect_while_a_sync_view_runs_keeps_the_middlewares_slot_until_it_returns(
+    uvicorn, settings, raw_redis, capsys
+):
+    """A sync view runs in a thread that the cancel of its request cannot stop: the
+    middleware's slot stays taken until the view returns (before: given back at once,
+    and a second request ran beside the first, over LIMIT 1), then comes back at once."""
+    entry = {**WEB_SEMAPHORES["mw-path"], "TIMEOUT": LEAK_TIMEOUT}
+    settings.SEMAPHORES = {**WEB_SEMAPHORES, "mw-path": entry}
+    server = uvicorn(WEB_TIMEOUT=str(LEAK_TIMEOUT))
+    sem = semaphores["mw-path"]  # LIMIT 1
+    in_view = probe_keys("mw-sync")[0]
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        sock.sendall(b"GET /web/mw/path/probe/?sleep=3 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        wait_until(lambda: int(raw_redis.get(in_view) or 0) == 1, timeout=30, message="the view running")
+    finally:
+        sock.close()
+    while int(raw_redis.get(in_view) or 0) == 1:  # the view goes on in its thread
+        assert sem.available() == 0, "the slot was given back while the view still ran"
+        time.sleep(0.02)
+    left = time.monotonic()
+    wait_until(lambda: sem.available() == 1, timeout=LEAK_TIMEOUT + 10, interval=0.01, message="slot back")
+    freed = time.monotonic() - left
+    with capsys.disabled():
+        print(f"\nsync view, disconnect: slot given back {freed:.2f}s after the view returned")
+    assert freed < GIVEN_BACK_WITHIN
+
+
 SWEEP_PAST_GRANT = 30  # disconnect points swept after every slot was granted
 SWEEP_AFTER_THE_END = 3  # ... and after the request had ended, so the response's tail is swept too
 
