@@ -16,8 +16,8 @@ metric                                      type      labels and meaning
 ``django_semaphore_mode``                   gauge     ``semaphore``, ``mode``: 1 for the mode in force
                                                       (enforce, dry_run, off), 0 for the others
 ``django_semaphore_override``               gauge     ``semaphore``: 1 while a runtime override is in force
-``django_semaphore_holders``                gauge     ``semaphore``: live holders, all partitions
-``django_semaphore_partition_holders_max``  gauge     ``semaphore``: holders of the busiest partition
+``django_semaphore_holders``                gauge     ``semaphore``: permits held, all partitions
+``django_semaphore_partition_holders_max``  gauge     ``semaphore``: permits held in the busiest partition
 ``django_semaphore_waiting``                gauge     ``semaphore``: callers queueing for a slot
 ``django_semaphore_partitions``             gauge     ``semaphore``: partitions with a holder or waiter
 ``django_semaphore_up``                     gauge     1 if Redis answered this scrape, else 0
@@ -272,11 +272,11 @@ class SemaphoreCollector(Collector):
             labels=["semaphore"],
         )
         yield GaugeMetricFamily(
-            "django_semaphore_holders", "Live holders, summed over partitions.", labels=["semaphore"]
+            "django_semaphore_holders", "Permits held, summed over partitions.", labels=["semaphore"]
         )
         yield GaugeMetricFamily(
             "django_semaphore_partition_holders_max",
-            "Live holders of the busiest partition (compare with the limit).",
+            "Permits held in the busiest partition (compare with the limit).",
             labels=["semaphore"],
         )
         yield GaugeMetricFamily(
