@@ -10,9 +10,10 @@ settings again and talks to the server they name.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -46,6 +47,8 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 _lock = threading.Lock()
 _sync_client: Any = None
 _async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+# Per loop, the async generator that closes its client (see _close_with_loop).
+_closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
 _ASYNC_KWARGS = (
     "host",
@@ -81,6 +84,7 @@ def reset() -> None:
     with _lock:
         _sync_client = None
         _async_clients.clear()
+        _closers.clear()  # each running loop closes its client (the finalizer hook)
 
 
 @forks.in_child
@@ -192,12 +196,36 @@ def get_async_client() -> Any:
         with _lock:
             # asyncio.run() and async_to_sync() make a loop per call.  A client holds
             # its loop (its connections' streams do), so a weak key alone never lets
-            # a closed loop's client go: dropped here, its sockets are closed by the
-            # garbage collector.
+            # a closed loop's client go: dropped here (closed already if the loop
+            # shut down its async generators, else by the garbage collector).
             for closed in [other for other in _async_clients if other.is_closed()]:
                 del _async_clients[closed]
-            client = _async_clients.setdefault(loop, client)
+                _closers.pop(closed, None)
+            _async_clients[loop] = client
+            _closers[loop] = _close_with_loop(client)
     return client
+
+
+async def _closing(client: Any) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            await client.aclose()
+
+
+def _close_with_loop(client: Any) -> AsyncGenerator[None, None]:
+    """An async generator, started on the running loop, that closes ``client`` when the
+    loop finalizes it: at ``loop.shutdown_asyncgens()``, which asyncio.run() (and so
+    async_to_sync()) calls before closing the loop, or once it is dropped while the loop
+    runs.  Left to the garbage collector, a cluster client of a finished loop logs
+    'Unclosed RedisCluster client' at ERROR through the next loop's exception handler."""
+    closer = _closing(client)
+    # Its first step runs to the yield at once, and the loop's first-iteration hook
+    # tracks it from then on.
+    with contextlib.suppress(StopIteration):
+        closer.asend(None).send(None)
+    return closer
 
 
 def is_cluster(client: Any) -> bool:
