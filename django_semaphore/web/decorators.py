@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import SyncToAsync, async_to_sync, iscoroutinefunction, markcoroutinefunction
 
 from ..engine.cancellation import run_to_completion
 from .needs import NEEDS_ATTR, Need, needs_of, pending_needs
@@ -59,7 +60,11 @@ def _guarded(
     if not pending:
         return view(request, *args, **kwargs)
     guard = RequestGuard(request, pending)
-    response = guard.enter()
+    # A sync view under ASGI runs in a thread that a cancel (the client went
+    # away) cannot stop: its semaphores are taken on the event loop instead,
+    # where asgiref passes Django's cancel on, so that a request that waits
+    # for one gives back what it holds at once, as an async view does.
+    response = async_to_sync(guard.aenter)() if _in_a_thread_of_a_loop() else guard.enter()
     if response is not None:
         return response
     try:
@@ -68,6 +73,17 @@ def _guarded(
         guard.release()
         raise
     return guard.hold_until_closed(response)
+
+
+def _in_a_thread_of_a_loop() -> bool:
+    """Whether this runs in a thread that ``sync_to_async`` runs for a running event loop
+    (a sync view under ASGI), where ``async_to_sync`` runs on that loop."""
+    loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
+    return (
+        loop is not None
+        and getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None) == os.getpid()
+        and loop.is_running()
+    )
 
 
 async def _aguarded(

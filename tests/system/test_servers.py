@@ -409,6 +409,7 @@ GIVEN_BACK_WITHIN = 1.5 if django.VERSION >= (5, 0) else VIEW_SECONDS + 10
     ("path", "first", "second"),
     [
         ("/web/pair/axy/", "pair-x", "pair-y"),  # stacked @semaphore on an async view
+        ("/web/pair/xy/", "pair-x", "pair-y"),  # ... on a sync view (run in a thread)
         ("/web/mw/await/", "mw-wait-a", "mw-wait-b"),  # the middleware's PATHS
     ],
 )
