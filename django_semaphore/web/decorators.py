@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import SyncToAsync, async_to_sync, iscoroutinefunction, markcoroutinefunction
 
+from ..backend import forks
 from ..engine.cancellation import run_to_completion
 from .needs import NEEDS_ATTR, Need, needs_of, pending_needs
 from .request_guard import RequestGuard
@@ -81,7 +81,7 @@ def _in_a_thread_of_a_loop() -> bool:
     loop = getattr(SyncToAsync.threadlocal, "main_event_loop", None)
     return (
         loop is not None
-        and getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None) == os.getpid()
+        and getattr(SyncToAsync.threadlocal, "main_event_loop_pid", None) == forks.pid()
         and loop.is_running()
     )
 
