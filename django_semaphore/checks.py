@@ -59,6 +59,7 @@ from .backend import connection
 from .config import settings as semaphore_settings
 from .config import validation
 from .config.validation import Problem
+from .exceptions import SemaphoreBackendError
 from .web.needs import Need, needs_of
 
 
@@ -257,8 +258,8 @@ def check_eviction_policy(
             (server, values["maxmemory-policy"])
             for server, values in _config(connection.get_client(), "maxmemory-policy")
         ]
-    except (redis.ConnectionError, redis.TimeoutError, RedisClusterException):
-        return []  # W003 (check_redis) says the server cannot be reached
+    except (redis.ConnectionError, redis.TimeoutError, RedisClusterException, SemaphoreBackendError):
+        return []  # W003 (check_redis) says the server cannot be reached (a cluster: when its client is made)
     except Exception as exc:
         return [
             checks.Info(

@@ -479,8 +479,9 @@ def test_deploy_check_reads_every_cluster_primary(settings, redis_cluster):
             assert f":{other.port}" not in messages[0].msg
 
 
-def test_deploy_check_on_an_unreachable_redis_reports_it_once(settings):
-    settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{free_port()}/0"}
+@pytest.mark.parametrize("cluster", [False, True])
+def test_deploy_check_on_an_unreachable_redis_reports_it_once(settings, cluster):
+    settings.SEMAPHORE_REDIS = {"URL": f"redis://127.0.0.1:{free_port()}/0", "CLUSTER": cluster}
     assert [m.id for m in ours(include_deployment_checks=True)] == ["django_semaphore.W003"]
 
 
