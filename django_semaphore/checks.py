@@ -18,7 +18,7 @@
 | E014 | SEMAPHORE_KEY_PREFIX empty, too long, or with braces/space/glob characters |
 | E015 | SEMAPHORE_FAIL_OPEN not a bool |
 | E016 | SEMAPHORE_REJECT_VIEW cannot be imported |
-| E017 | SEMAPHORE_REDIS not a django-redis alias or a {"URL": ...} dict, or URL/OPTIONS redis-py refuses |
+| E017 | SEMAPHORE_REDIS not a django-redis alias or {"URL": ...}, a ShardClient alias, refused by redis-py |
 | E018 | MODE not "enforce", "dry_run" or "off" |
 | E019 | SEMAPHORE_ENABLED not a bool |
 | E020 | PERMITS not an int from 1 to LIMIT (and at most TOTAL), a callable or a dotted path to one |

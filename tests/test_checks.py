@@ -179,6 +179,25 @@ GLOBAL_CASES = [
             },
         },
     ),
+    # A django-redis alias whose client shards keys over several servers: used to pass,
+    # then every call raised NotImplementedError (a 500, even fail-open).
+    *(
+        (
+            "E017",
+            {
+                "SEMAPHORE_REDIS": "sharded",
+                "CACHES": {
+                    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+                    "sharded": {
+                        "BACKEND": "django_redis.cache.RedisCache",
+                        "LOCATION": ["redis://127.0.0.1:1/0", "redis://127.0.0.1:2/0"],
+                        "OPTIONS": {"CLIENT_CLASS": client_class},
+                    },
+                },
+            },
+        )
+        for client_class in ("django_redis.client.ShardClient",)
+    ),
 ]
 
 

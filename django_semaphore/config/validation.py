@@ -937,7 +937,7 @@ def validate_redis(value: object, caches: Mapping[str, Any]) -> list[Problem]:
                     'SEMAPHORE_REDIS = {"URL": "redis://host:6379/0"}.',
                 )
             ]
-        return []
+        return _alias_client_problems(value, caches[value])
     if isinstance(value, dict):
         url = value.get("URL")
         unknown = sorted(set(value) - {"URL", "CLUSTER", "OPTIONS"})
@@ -981,6 +981,34 @@ def validate_redis(value: object, caches: Mapping[str, Any]) -> list[Problem]:
             'Use a django-redis alias such as "default", or {"URL": "redis://host:6379/0"}.',
         )
     ]
+
+
+def _alias_client_problems(alias: str, cache: Mapping[str, Any]) -> list[Problem]:
+    """E017 for a django-redis alias whose client shards keys over several servers
+    (ShardClient): it gives no one connection for the semaphores."""
+    options = cache.get("OPTIONS") or {}
+    name = (
+        options.get("CLIENT_CLASS", "django_redis.client.DefaultClient")
+        if isinstance(options, dict)
+        else None
+    )
+    try:
+        from django_redis.client import ShardClient
+
+        client_class = import_string(name) if isinstance(name, str) else name
+    except ImportError:  # Django's own cache checks fail on that alias first
+        return []
+    if isinstance(client_class, type) and issubclass(client_class, ShardClient):
+        return [
+            Problem(
+                "django_semaphore.E017",
+                f"SEMAPHORE_REDIS is {alias!r}, whose client {name!r} shards keys over several servers "
+                "itself: it has no one Redis connection for the semaphores, whose keys must be together.",
+                "Give the semaphores an alias of one server (DefaultClient or SentinelClient), or "
+                'SEMAPHORE_REDIS = {"URL": "redis://host:6379/0"} ({"CLUSTER": True} for a Redis Cluster).',
+            )
+        ]
+    return []
 
 
 #: The connection options that are numbers of seconds (None: no timeout / no health check).
