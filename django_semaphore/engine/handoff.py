@@ -238,9 +238,14 @@ def claim_op(keys: PartitionKeys, identifier: str, timeout: float, adopter: str)
     after the handoff at most), so a ticket is adopted once: by one adopter,
     which may adopt it again (a Celery task redelivered after its run died).
     """
-    ttl_ms = int((timeout + MARGIN) * 1000) + 1000
-    reply = yield Script(ADOPT, (keys.adopted(identifier),), (adopter, ttl_ms))
+    reply = yield Script(ADOPT, (keys.adopted(identifier),), (adopter, mark_ttl_ms(timeout)))
     return bool(reply)
+
+
+def mark_ttl_ms(timeout: float) -> int:
+    """How long an adoption mark lives (ms): as long as a ticket of a lease of TIMEOUT
+    ``timeout`` can be read, and a second more."""
+    return int((timeout + MARGIN) * 1000) + 1000
 
 
 def claim(keys: PartitionKeys, identifier: str, timeout: float, adopter: str) -> bool:

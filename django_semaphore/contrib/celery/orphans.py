@@ -40,7 +40,7 @@ from typing import Any
 
 from ...engine import handoff
 from ...engine.semaphore import Semaphore
-from ...engine.storage import in_child
+from ...engine.storage import PartitionKeys, in_child
 from ...exceptions import SemaphoreBackendError
 from . import parking, runs, store
 
@@ -67,12 +67,16 @@ def give_back(semaphore: Semaphore, key: str | None, identifier: str, task_id: s
     keys = semaphore.partition(key)
     if not handoff.claim(keys, identifier, semaphore.config.timeout, str(task_id)):
         return False
+    return _release(semaphore, keys, identifier, task_id)
+
+
+def _release(semaphore: Semaphore, keys: PartitionKeys, identifier: str, task_id: str) -> bool:
     given = semaphore.force_release(identifier, keys=keys)
     if given:
         logger.info(
-            "Task %s gave back the slot of semaphore %r its run held when its process died (holder %s).",
-            task_id,
+            "Gave back the slot of semaphore %r held by a run of task %s whose process died (holder %s).",
             semaphore.name,
+            task_id,
             identifier,
         )
     return given
@@ -88,8 +92,6 @@ def register(
     process dies, is then given back when its lease expires).
     """
     entry = {"e": parking.describe(semaphore, key), "i": identifier, "t": str(task_id), "a": adopted}
-    with _registered_lock:
-        _registered.add(run.key)
     try:
         store.script(store.REGISTER, (_host_key(),), _field(run), json.dumps(entry), HOST_TTL_MS)
     except SemaphoreBackendError as exc:
@@ -97,28 +99,11 @@ def register(
 
 
 def unregister(run: runs.Run) -> None:
-    """Remove ``run`` from this host's runs on slots (it ended), if it was registered
-    (:func:`register`); a Redis failure is logged."""
-    with _registered_lock:
-        if run.key not in _registered:
-            return
-        _registered.discard(run.key)
+    """Remove ``run`` from this host's runs on slots (it ended); a Redis failure is logged."""
     try:
         store.command("HDEL", _host_key(), _field(run))
     except SemaphoreBackendError as exc:
         logger.warning("Could not unregister the slot of a task's run: %s", exc)
-
-
-#: The runs of this process registered (their claim keys), so that only those are unregistered.
-_registered: set[str] = set()
-_registered_lock = threading.Lock()
-
-
-@in_child
-def _forget_the_parents_runs() -> None:
-    global _registered_lock
-    _registered.clear()
-    _registered_lock = threading.Lock()
 
 
 def reap() -> int:
@@ -137,7 +122,7 @@ def reap() -> int:
             entry = json.loads(store.text(raw_entry))
             if entry.get("a") and now - _gone_since.setdefault(field, now) < ADOPTED_GRACE:
                 continue  # left to the task's redelivery a while
-            given += _reap_one(slot, f"{runs.HOST}:{pid}:", entry)
+            given += _reap_one(slot, runs.owner(int(pid)), entry)
         except SemaphoreBackendError:
             raise  # Redis away: the entry stays for the next look
         except Exception as exc:  # damaged, another version's, or a name no longer configured
@@ -158,24 +143,24 @@ def _reap_one(slot: str, owner: str, entry: dict[str, Any]) -> int:
     # Only while the task id's slot record still names the dead run's slot (the run
     # did not end, and no later run claimed the task id), and no other task adopted
     # the slot; the slot can no longer be adopted then (celery_reap.lua).
-    mark_ms = int((semaphore.config.timeout + handoff.MARGIN) * 1000) + 1000
+    mark_ms = handoff.mark_ttl_ms(semaphore.config.timeout)
     if not store.script(store.REAP, (slot, keys.adopted(identifier)), owner + identifier, task_id, mark_ms):
         return 0
-    given = semaphore.force_release(identifier, keys=keys)
-    if given:
-        logger.info(
-            "Gave back the slot of semaphore %r held by a run of task %s whose process died (holder %s).",
-            semaphore.name,
-            task_id,
-            identifier,
-        )
-    return int(given)
+    return int(_release(semaphore, keys, identifier, task_id))
 
 
 _reaped_at = -float("inf")
 _reap_lock = threading.Lock()
 #: When :func:`reap` first found gone the process of each entry it leaves for now.
 _gone_since: dict[str, float] = {}
+
+
+@in_child
+def _forget_the_parents_reaper() -> None:
+    global _reap_lock, _reaped_at
+    # Forked while the parent's dispatcher reaped: that thread is not ours, nor its lock.
+    _reap_lock, _reaped_at = threading.Lock(), -float("inf")
+    _gone_since.clear()
 
 
 def reap_due() -> None:

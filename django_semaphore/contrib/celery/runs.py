@@ -36,6 +36,7 @@ whose heartbeat merely stopped, may still be running on its slot.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -169,7 +170,7 @@ def claim(keys: PartitionKeys, task_id: str, identifier: str = "") -> Run | Dupl
     value = f"run:{HOST}:{os.getpid()}:{os.urandom(6).hex()}:{identifier}"
     deadline = time.monotonic() + HEARTBEAT_MS / 1000.0 + 1.0
     while True:
-        found = store.script(store.CLAIM_RUN, (key, slot), value, HEARTBEAT_MS, f"{HOST}:{os.getpid()}:")
+        found = store.script(store.CLAIM_RUN, (key, slot), value, HEARTBEAT_MS, owner(os.getpid()))
         if isinstance(found, list):
             heartbeat.add(key, value, slot)
             return Run(key, value, slot, _orphan(store.text(found[1])))
@@ -184,6 +185,12 @@ def claim(keys: PartitionKeys, task_id: str, identifier: str = "") -> Run | Dupl
         if time.monotonic() >= deadline:  # renewed all along: a live run
             return Duplicate(done=False, identifier=other.identifier if other else "")
         time.sleep(POLL)
+
+
+def owner(pid: int) -> str:
+    """How a slot record names the process ``pid`` of this host: ``<host>:<pid>:`` (the
+    lease identifier follows)."""
+    return f"{HOST}:{pid}:"
 
 
 def _orphan(record: str) -> str:
@@ -205,7 +212,7 @@ def hold(run: Run, identifier: str, timeout: float) -> None:
     A Redis failure is logged, not raised: the run goes on (a redelivery after
     its death then waits out its lease, as without the record).
     """
-    value = f"{HOST}:{os.getpid()}:{identifier}"
+    value = owner(os.getpid()) + identifier
     ttl_ms = int(timeout * 1000) + 1000
     heartbeat.hold(run.key, value, ttl_ms)
     try:
@@ -231,7 +238,7 @@ def end(run: Run, *, done: bool, ttl: float = DONE_TTL) -> None:
         logger.warning("Could not record the end of a task's run: %s", exc)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Beat:
     """What the heartbeat renews for one live run: its claim and, once it holds one, its slot record."""
 
@@ -254,7 +261,7 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self._changed = threading.Event()  # a run added: renew on the new schedule at once
 
-    def add(self, key: str, value: str, slot: str = "") -> None:
+    def add(self, key: str, value: str, slot: str) -> None:
         with self._lock:
             self._runs[key] = _Beat(value, slot)
             self._changed.set()
@@ -269,7 +276,7 @@ class Heartbeat:
         with self._lock:
             beat = self._runs.get(key)
             if beat is not None:
-                beat.held, beat.held_ttl_ms = held, ttl_ms
+                self._runs[key] = dataclasses.replace(beat, held=held, held_ttl_ms=ttl_ms)
 
     def remove(self, key: str) -> _Beat | None:
         with self._lock:
@@ -280,12 +287,11 @@ class Heartbeat:
             self._changed.wait(HEARTBEAT_EVERY)
             self._changed.clear()
             with self._lock:
-                runs = [(key, _Beat(b.value, b.slot, b.held, b.held_ttl_ms)) for key, b in self._runs.items()]
+                runs = list(self._runs.items())
             for key, beat in runs:
                 try:
-                    keys = (key, beat.slot or key)
                     renewed = store.script(
-                        store.BEAT, keys, beat.value, HEARTBEAT_MS, beat.held, beat.held_ttl_ms
+                        store.BEAT, (key, beat.slot), beat.value, HEARTBEAT_MS, beat.held, beat.held_ttl_ms
                     )
                     if not renewed:
                         self._lost(key, beat.value)
