@@ -11,7 +11,7 @@ middleware and stacked ``@semaphore`` decorators never take a semaphore twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -132,12 +132,7 @@ def resolve(request: HttpRequest, needs: Iterable[Need]) -> list[Item]:
     """
     items: list[Item] = []
     seen: set[tuple[str, str | None]] = set()
-    if not settings.enabled():
-        return items
-    for need in needs:
-        config = settings.get_config(need.name)
-        if control.cached(config).mode == "off":
-            continue
+    for need, config in _in_force(needs):
         func = need.key_function(config)
         key = None if func is None else str(func(request))
         wait = config.wait if need.wait is None else need.wait
@@ -158,6 +153,18 @@ def resolve(request: HttpRequest, needs: Iterable[Need]) -> list[Item]:
     return items
 
 
+def _in_force(needs: Iterable[Need]) -> Iterator[tuple[Need, SemaphoreConfig]]:
+    """Each of ``needs`` with its configuration, but those whose mode in force is "off"
+    (all of them with SEMAPHORE_ENABLED = False): from the settings and the cache of
+    the overrides, never from Redis."""
+    if not settings.enabled():
+        return
+    for need in needs:
+        config = settings.get_config(need.name)
+        if control.cached(config).mode != "off":
+            yield need, config
+
+
 def _project_code(value: object) -> bool:
     # A KEY, PERMITS or PRIORITY of the project's own: a callable that is not
     # one of the app's KEY functions, which only read the request.
@@ -170,15 +177,10 @@ def calls_project_code(needs: Iterable[Need]) -> bool:
     """True when :func:`resolve` would call a KEY, PERMITS or PRIORITY callable of
     the project's, which may query the database: an async caller resolves in a
     thread then, as Django runs sync code under ASGI."""
-    if not settings.enabled():
-        return False
-    for need in needs:
-        config = settings.get_config(need.name)
-        if control.cached(config).mode == "off":
-            continue
-        if any(map(_project_code, (need.key_function(config), *need.scheduling(config)))):
-            return True
-    return False
+    return any(
+        any(map(_project_code, (need.key_function(config), *need.scheduling(config))))
+        for need, config in _in_force(needs)
+    )
 
 
 def pending_needs(request: HttpRequest, needs: Iterable[Need]) -> list[Need]:
