@@ -171,6 +171,11 @@ def retrying(label):
 @semaphore_task(JOBS)
 def late_job(label):
     """acks_late: redelivered when its worker process dies.  Records its pid (for the test to kill)."""
+    return _killable_body(label)
+
+
+def _killable_body(label):
+    """Record this process's pid (for the test to kill it), then the body."""
     client = connection.get_client()
     client.rpush(rec(f"pids:{label}"), os.getpid())
     client.expire(rec(f"pids:{label}"), RECORD_TTL)
@@ -181,10 +186,7 @@ def late_job(label):
 @semaphore_task(JOBS)
 def mortal_job(label):
     """Acked on receipt (no redelivery): records its pid, for the test to kill its process."""
-    client = connection.get_client()
-    client.rpush(rec(f"pids:{label}"), os.getpid())
-    client.expire(rec(f"pids:{label}"), RECORD_TTL)
-    return _body(label, JOBS, None)
+    return _killable_body(label)
 
 
 @app.task(name="tests.followed")

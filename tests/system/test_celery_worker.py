@@ -191,6 +191,20 @@ def _give_back(held):
     lease.release()
 
 
+def _holder_of(app, result):
+    """The holder of JOBS that task ``result`` acquired (None before it has)."""
+    return next((h for h in app.JOBS.holders() if h.meta.get("task_id") == result.id), None)
+
+
+def _kill_once_started(raw, rec, label):
+    """SIGKILL the process of task ``label`` once it has recorded its pid and its start
+    (a task that records its pid: late_job, mortal_job); the moment of the kill."""
+    started = lambda: raw.llen(rec(f"pids:{label}")) == 1 and _starts(raw, rec)  # noqa: E731
+    wait_until(started, 20, message=f"{label} started")
+    os.kill(int(raw.lindex(rec(f"pids:{label}"), 0)), signal.SIGKILL)
+    return time.monotonic()
+
+
 def test_a_running_task_holds_a_slot_named_by_its_task_id(app, worker, raw_redis, rec):
     result = app.job.delay("solo")
     wait_until(lambda: _starts(raw_redis, rec), 20, message="task start")
@@ -386,12 +400,9 @@ def test_an_acks_late_task_whose_run_was_killed_runs_again(app, worker, raw_redi
     held = _hold(app.JOBS, app.LIMIT)
     (result,) = _park(app, app.late_job, ["k1"])
     _give_back(held[0])
-    # The task records its pid, then its start: wait for both before killing it.
-    started = lambda: raw_redis.llen(rec("pids:k1")) == 1 and _starts_with_tokens(raw_redis, rec)  # noqa: E731
-    wait_until(started, 20, message="k1 started")
+    # The task records its pid, then its start: both are awaited before it is killed.
+    t0 = _kill_once_started(raw_redis, rec, "k1")
     first_token = _starts_with_tokens(raw_redis, rec)[0][4]
-    os.kill(int(raw_redis.lindex(rec("pids:k1"), 0)), signal.SIGKILL)
-    t0 = time.monotonic()
     wait_until(lambda: raw_redis.llen(rec("pids:k1")) == 2, 30, message="k1 redelivered and started again")
     print(f"\nacks_late redelivery after SIGKILL started in {time.monotonic() - t0:.2f} s")
     raw_redis.set(rec("go:all"), "1", ex=600)
@@ -412,11 +423,9 @@ def test_an_acks_late_task_that_took_its_own_slot_gives_it_back_when_its_run_is_
     # watchdog's last refresh) and parked behind it.
     held = _hold(app.JOBS, app.LIMIT - 1)
     result = app.late_job.delay("k2")
-    started = lambda: raw_redis.llen(rec("pids:k2")) == 1 and _starts_with_tokens(raw_redis, rec)  # noqa: E731
-    wait_until(started, 20, message="k2 started")
-    (dead,) = [h for h in app.JOBS.holders() if h.meta.get("task_id") == result.id]
-    os.kill(int(raw_redis.lindex(rec("pids:k2"), 0)), signal.SIGKILL)
-    t0 = time.monotonic()
+    wait_until(lambda: _holder_of(app, result), 20, message="k2 holding its slot")
+    dead = _holder_of(app, result)
+    t0 = _kill_once_started(raw_redis, rec, "k2")
     wait_until(lambda: raw_redis.llen(rec("pids:k2")) == 2, 30, message="k2 redelivered")
     wait_until(lambda: len(_starts(raw_redis, rec)) == 2, 30, message="k2 started again")
     print(f"\nacks_late redelivery of a run that acquired its slot started in {time.monotonic() - t0:.2f} s")
@@ -436,11 +445,9 @@ def test_the_slot_of_a_task_whose_process_was_killed_is_given_back_by_its_worker
     # lease expired (TIMEOUT after the watchdog's last refresh); the worker's main process
     # now gives it back within about a second of the kill.
     result = app.mortal_job.delay("m1")
-    started = lambda: raw_redis.llen(rec("pids:m1")) == 1 and _starts(raw_redis, rec)  # noqa: E731
-    wait_until(started, 20, message="m1 started")
-    (dead,) = [h for h in app.JOBS.holders() if h.meta.get("task_id") == result.id]
-    os.kill(int(raw_redis.lindex(rec("pids:m1"), 0)), signal.SIGKILL)
-    t0 = time.monotonic()
+    wait_until(lambda: _holder_of(app, result), 20, message="m1 holding its slot")
+    dead = _holder_of(app, result)
+    t0 = _kill_once_started(raw_redis, rec, "m1")
     wait_until(lambda: app.JOBS.holders() == [], 30, interval=0.02, message="the dead run's slot given back")
     given_back_at = server_ms(raw_redis)
     print(f"\nthe slot of a killed task's process was given back in {time.monotonic() - t0:.2f} s")
