@@ -405,6 +405,16 @@ VIEW_SECONDS = 20  # the running view's length, and the queued request's WAIT
 GIVEN_BACK_WITHIN = 1.5 if django.VERSION >= (5, 0) else VIEW_SECONDS + 10
 
 
+def get_then_leave(server, path, until, message):
+    """GET ``path`` on ``server`` and disconnect once ``until()`` holds (at most 30 s)."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        wait_until(until, timeout=30, message=message)
+    finally:
+        sock.close()
+
+
 @pytest.mark.parametrize(
     ("path", "first", "second"),
     [
@@ -429,16 +439,12 @@ def test_disconnect_while_waiting_gives_back_at_once_on_uvicorn(
     server = uvicorn(WEB_TIMEOUT=str(LEAK_TIMEOUT))
     a, b = semaphores[first], semaphores[second]
     blocker = b.acquire()
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    try:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-        wait_until(
-            lambda: a.available() == 0 and b.status().waiting == 1,
-            timeout=30,
-            message=f"the request holding {first} and waiting for {second}",
-        )
-    finally:
-        sock.close()
+    get_then_leave(
+        server,
+        path,
+        lambda: a.available() == 0 and b.status().waiting == 1,
+        f"the request holding {first} and waiting for {second}",
+    )
     closed = time.monotonic()
     wait_until(lambda: a.available() == 1, timeout=LEAK_TIMEOUT + 10, interval=0.01, message=f"{first} back")
     freed = time.monotonic() - closed
@@ -475,16 +481,12 @@ def test_disconnect_while_the_view_runs_gives_back_at_once_on_uvicorn(uvicorn, s
     server = uvicorn(WEB_TIMEOUT=str(LEAK_TIMEOUT))
     sem = semaphores["web-slow"]  # LIMIT 2
     in_view = probe_keys("aslow")[0]  # the view's INCR, just before its sleep
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    try:
-        sock.sendall(f"GET /web/aslow/?sleep={VIEW_SECONDS} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-        wait_until(
-            lambda: sem.available() == 1 and int(raw_redis.get(in_view) or 0) == 1,
-            timeout=30,
-            message="the view holding its slot and sleeping",
-        )
-    finally:
-        sock.close()
+    get_then_leave(
+        server,
+        f"/web/aslow/?sleep={VIEW_SECONDS}",
+        lambda: sem.available() == 1 and int(raw_redis.get(in_view) or 0) == 1,
+        "the view holding its slot and sleeping",
+    )
     closed = time.monotonic()
     wait_until(lambda: sem.available() == 2, timeout=LEAK_TIMEOUT + 10, interval=0.01, message="slot back")
     freed = time.monotonic() - closed
@@ -504,12 +506,12 @@ def test_disconnect_while_a_sync_view_runs_keeps_the_middlewares_slot_until_it_r
     server = uvicorn(WEB_TIMEOUT=str(LEAK_TIMEOUT))
     sem = semaphores["mw-path"]  # LIMIT 1
     in_view = probe_keys("mw-sync")[0]
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    try:
-        sock.sendall(b"GET /web/mw/path/probe/?sleep=3 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        wait_until(lambda: int(raw_redis.get(in_view) or 0) == 1, timeout=30, message="the view running")
-    finally:
-        sock.close()
+    get_then_leave(
+        server,
+        "/web/mw/path/probe/?sleep=3",
+        lambda: int(raw_redis.get(in_view) or 0) == 1,
+        "the view running",
+    )
     while int(raw_redis.get(in_view) or 0) == 1:  # the view goes on in its thread
         assert sem.available() == 0, "the slot was given back while the view still ran"
         time.sleep(0.02)
