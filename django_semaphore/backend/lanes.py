@@ -105,7 +105,12 @@ class _Kept:
         self._pack = pack
         self._idle: list[Any] = []
         bound = getattr(pool, "max_connections", None)
-        self._keep = IDLE if not isinstance(bound, int) else max(1, min(IDLE, bound // 8)) if bound > 1 else 0
+        if not isinstance(bound, int):
+            self._keep = IDLE
+        elif bound > 1:
+            self._keep = max(1, min(IDLE, bound // 8))
+        else:  # a pool of one connection: the others using it would never get it
+            self._keep = 0
 
 
 class Lane(_Kept):
