@@ -6,7 +6,10 @@ re-sent message (same task id), and only then removes the message from the
 list.  One dispatcher at a time serves a partition (a lock key that its holder
 renews while it queues for a slot, so a dispatcher that died lets go within
 :data:`LOCK_MS`).  A task that expired while parked, or that this worker knows
-revoked, is sent without a slot: the worker revokes it, as Celery does.
+revoked, is sent without a slot: the worker revokes it, as Celery does.  A
+parked task whose serializer this worker's ``accept_content`` refuses (workers
+that disagree on it) is left, first in line and without a slot taken, to a
+worker that accepts it: this one logs it once and looks again a poll later.
 
 Every Celery worker runs a :class:`Dispatcher` in its main process
 (``worker_ready``); a task that ends dispatches its partition itself, at once.
@@ -70,7 +73,8 @@ def dispatch(semaphore: Semaphore, key: str | None, app: Any = None, wait: float
 def _dispatch(
     semaphore: Semaphore, key: str | None, app: Any, wait: float, more: Callable[[], bool] | None = None
 ) -> tuple[int, bool]:
-    """:func:`dispatch`: (how many were sent, whether a *waiting* dispatcher holds the partition).
+    """:func:`dispatch`: (how many were sent, whether to look again only a poll later: a
+    *waiting* dispatcher holds the partition, or the first task is refused here).
 
     ``more``: asked after each task sent, whether to go on with the next (None: yes)."""
     keys = semaphore.partition(key)
@@ -89,24 +93,28 @@ def _dispatch(
             return 0, seen.startswith("w:")  # another is at it
     try:
         with _kept(lock, token, wait, lambda: _keep(semaphore, key)):
-            return _send_parked(semaphore, key, app, wait, token, more), False
+            return _send_parked(semaphore, key, app, wait, token, more)
     finally:
         store.script(store.UNLOCK, (lock,), token)
 
 
 def _send_parked(
     semaphore: Semaphore, key: str | None, app: Any, wait: float, token: str, more: Callable[[], bool] | None
-) -> int:
+) -> tuple[int, bool]:
+    """:func:`_dispatch` with the lock held: (how many were sent, whether to look again
+    only a poll later: the first task's serializer is refused here)."""
     keys = semaphore.partition(key)
     queue, lock = store.queue_key(keys), store.lock_key(keys)
     sent = 0
     while True:
         head = store.command("LINDEX", queue, 0)
         if head is None:
-            return sent
+            return sent, False
         parked_message = parking.loads(store.text(head))
+        if not _accepted_here(app, parked_message):
+            return sent, True  # no slot taken: a worker that accepts it sends it
         if not store.script(store.RENEW_IF, (lock,), token, LOCK_MS):
-            return sent  # the lock ran out meanwhile: another dispatcher may be at it
+            return sent, False  # the lock ran out meanwhile: another dispatcher may be at it
         _keep(semaphore, key)
         if parking.expired(parked_message) or _revoked(parked_message):
             # Sent without a slot: the worker that receives it revokes it (its
@@ -116,7 +124,7 @@ def _send_parked(
             meta = {"task": parked_message["task"], "task_id": parked_message["id"], "parked": True}
             lease = semaphore.acquire(key, wait=wait, meta=meta)
             if lease is None:
-                return sent
+                return sent, False
             ticket = lease.handoff()
             try:
                 _send(app, parked_message, ticket)
@@ -127,7 +135,38 @@ def _send_parked(
         store.script(store.POP_IF_HEAD, (queue,), head, parking.ttl_ms(semaphore))
         sent += 1
         if more is not None and not more():
-            return sent
+            return sent, False
+
+
+#: The parked tasks whose serializer this process refused, logged once each (task ids).
+_refused: set[str] = set()
+
+
+def _accepted_here(app: Any, parked_message: dict[str, Any]) -> bool:
+    """Whether this worker can send ``parked_message`` again: its arguments are JSON, or
+    encoded by a serializer its ``accept_content`` accepts.  Logged once per task if not."""
+    body = parked_message.get("body")
+    if not isinstance(body, dict):
+        return True
+    try:
+        parking.opened(parked_message, parking.accepted(app or current_app))
+    except Exception as exc:  # kombu's ContentDisallowed, or bytes it cannot decode
+        task_id = str(parked_message.get("id"))
+        if task_id not in _refused:
+            if len(_refused) >= 10_000:
+                _refused.clear()
+            _refused.add(task_id)
+            logger.warning(
+                "Parked task %s (%s) is encoded as %s, which this worker cannot decode (%s): "
+                "it stays first in line for a worker that can. Give every worker the same "
+                "accept_content.",
+                task_id,
+                parked_message.get("task"),
+                body.get("content_type"),
+                exc,
+            )
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -354,7 +393,7 @@ class Dispatcher:
         keys = semaphore.partition(key)
         while not self._stop.is_set():
             try:
-                sent, waited_on = _dispatch(semaphore, key, self.app, WAIT, self._alone)
+                sent, later = _dispatch(semaphore, key, self.app, WAIT, self._alone)
                 if not parking.count(keys):
                     return _EMPTY
             except SemaphoreBackendError as exc:
@@ -365,12 +404,13 @@ class Dispatcher:
                 return _FAILED
             if self._crowded and sent:
                 return _TURN_OVER  # served: the others' turn
-            # Another process's dispatcher queues for this partition: look again soon
+            # Another process's dispatcher queues for this partition (or the first task is
+            # one to leave to a worker that accepts its serializer): look again a poll later
             # (a dead one's lock lapses within LOCK_MS); when partitions wait for a turn,
             # leave it to that one then.  One that only looks (a task that just parked or
             # ended) is done in a few milliseconds.
-            self._stop.wait(self.interval if waited_on else 0.01)
-            if self._crowded and waited_on:
+            self._stop.wait(self.interval if later else 0.01)
+            if self._crowded and later:
                 return _TURN_OVER
         return _FAILED
 

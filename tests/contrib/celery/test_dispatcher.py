@@ -1,6 +1,7 @@
 """contrib.celery.dispatcher: parked tasks sent again, each with a slot taken for it (no worker)."""
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -307,3 +308,48 @@ def test_sending_parked_tasks_renews_their_ttl_and_the_registrys_never_shortens_
     raw_redis.pexpire(queue, 120_000)  # longer (a semaphore with a longer TIMEOUT): left alone
     assert store.script(store.KEEP, (queue,), 30_000) == 0
     assert raw_redis.pttl(queue) > 100_000
+
+
+def _pickled(sem, n):
+    """A parked message of task ``id-<n>`` whose arguments the pickle serializer encoded."""
+    from celery.app.task import Context
+
+    request = Context(id=f"id-{n}", args=(), kwargs={}, delivery_info={}, properties={})
+    app = SimpleNamespace(conf=SimpleNamespace(task_serializer="json"))
+    task = SimpleNamespace(
+        name="app.export", request=request, app=app, serializer="pickle", ignore_result=False
+    )
+    return parking.message(task, (n,), {"k": n}, parking.describe(sem, None))
+
+
+class _Accepting(Outbox):
+    """An Outbox with an app's ``accept_content``."""
+
+    def __init__(self, *accept):
+        super().__init__()
+        self.conf = SimpleNamespace(accept_content=list(accept))
+
+
+def test_a_parked_task_whose_serializer_a_worker_refuses_is_left_to_one_that_accepts_it(caplog, monkeypatch):
+    # A worker whose accept_content lacked the parked task's serializer took a slot, failed to
+    # decode, gave the slot back and raised: every poll of every such worker, an error logged
+    # each second, while the task stayed first.
+    monkeypatch.setattr(dispatcher, "_refused", set())
+    sem = Semaphore("cel-accept", limit=1, timeout=30)
+    parking.park(sem, None, _pickled(sem, 0))
+    park(sem, None, 1)
+    json_only = _Accepting("json")
+    with caplog.at_level("WARNING", logger="django_semaphore"):
+        assert dispatcher._dispatch(sem, None, json_only, 0) == (0, True)
+        assert dispatcher._dispatch(sem, None, json_only, 0) == (0, True)
+    assert json_only.sent == [] and sem.holders() == []  # no slot taken for it
+    assert parked_ids(sem, None) == ["id-0", "id-1"]  # still first in line
+    (record,) = [r for r in caplog.records if "id-0" in r.getMessage()]  # logged once
+    assert "application/x-python-serialize" in record.getMessage()
+    both = _Accepting("json", "pickle")
+    assert dispatcher.dispatch(sem, None, both) == 1  # a worker that accepts it sends it
+    (sent,) = both.sent
+    assert (sent["id"], sent["args"], sent["options"]["serializer"]) == ("id-0", [0], "pickle")
+    assert Lease.adopt(sent["kwargs"].pop(dispatcher.PARKED_KWARG)).release()
+    assert dispatcher.dispatch(sem, None, json_only) == 1  # then the JSON one, anywhere
+    assert parked_ids(sem, None) == []
