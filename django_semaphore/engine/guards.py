@@ -38,6 +38,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from asgiref.sync import iscoroutinefunction
+
 from ..config.validation import PRIORITY_RANGE, checked_wait, priority_in_range
 from ..exceptions import SemaphoreBackendError, SemaphoreFull
 from . import watchdog
@@ -169,8 +171,10 @@ class FunctionGuard:
     failure while acquiring raises :class:`SemaphoreBackendError` before the
     function runs; one while releasing is logged and not raised (the
     function's own result or exception wins, and the slot expires after
-    TIMEOUT).  Generator functions are refused: hold the slot inside them
-    with ``semaphore.hold()`` instead.
+    TIMEOUT).  A coroutine function, or a callable marked with asgiref's
+    ``markcoroutinefunction``, is awaited under the slot.  Generator
+    functions are refused: hold the slot inside them with
+    ``semaphore.hold()`` instead.
     """
 
     def __init__(
@@ -221,7 +225,10 @@ class FunctionGuard:
                 f"{func.__qualname__} is a generator function; a guard would release its slot "
                 "before the generator runs. Hold the slot inside it: `with semaphore.hold(): ...`."
             )
-        if inspect.iscoroutinefunction(func):
+        # asgiref's test, as Django's: it also sees a callable marked with
+        # markcoroutinefunction (async middleware, views), which
+        # inspect.iscoroutinefunction does not before Python 3.12.
+        if iscoroutinefunction(func):
             return cast(F, self._wrap_async(func))
         return cast(F, self._wrap_sync(func))
 

@@ -7,6 +7,7 @@ import time
 from urllib.parse import urlsplit
 
 import pytest
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.template import Context, Template
 
 from django_semaphore import Semaphore, SemaphoreFull, semaphores
@@ -239,6 +240,30 @@ async def test_async_function_guard(crawler):
     assert len(set(tokens)) == 2
     assert await crawler.aavailable() == 2
     assert asyncio.iscoroutinefunction(work)
+
+
+@pytest.mark.asyncio
+async def test_a_function_marked_as_a_coroutine_function_runs_its_coroutine_under_the_guard(crawler):
+    # What Django does for async middleware and views: a plain function (or
+    # callable) returning a coroutine, marked with asgiref's
+    # markcoroutinefunction, which inspect.iscoroutinefunction does not see on
+    # Python < 3.12.  The guard must await it while holding the slot.
+    seen = {}
+
+    async def body():
+        seen["lease"] = current_lease()
+        seen["available"] = await crawler.aavailable()
+        return "done"
+
+    def view():
+        return body()
+
+    work = crawler(markcoroutinefunction(view))
+    assert iscoroutinefunction(work)
+    assert await work() == "done"
+    assert seen["lease"] is not None and seen["lease"].name == "crawler"
+    assert seen["available"] == 1
+    assert await crawler.aavailable() == 2
 
 
 @pytest.mark.asyncio
