@@ -128,7 +128,8 @@ def semaphore(
 
     ``name`` is a key of SEMAPHORES; ``key`` overrides its KEY (``"ip"``,
     ``"user"``, ``"header:<Name>"``, a callable ``(request) -> str`` or a
-    dotted path to one), ``wait`` its WAIT (seconds to queue for a slot),
+    dotted path to one; a KEY function returning None raises TypeError),
+    ``wait`` its WAIT (seconds to queue for a slot),
     ``permits`` its PERMITS and ``priority`` its PRIORITY (each an int or a
     callable ``(request) -> int``; "lua" only).
 

@@ -117,6 +117,34 @@ def per_request(value: PerRequest, request: HttpRequest) -> int:
     return value if isinstance(value, int) else value(request)
 
 
+def partition_of(name: str, func: KeyFunc, request: HttpRequest) -> str:
+    """The partition value KEY function ``func`` of semaphore ``name`` gives ``request``.
+
+    A value that is not a str is taken as ``str(value)`` (a pk).  None is
+    refused with a TypeError (a 500, in Django's error log): it would otherwise
+    become one partition "None" shared by every such request, and no fallback
+    is right for every project (a missing ``return`` gives None too).  The
+    built-in KEYs give ``""`` when their value is missing; a KEY function of
+    the project's returns its own value for that case.
+    """
+    value = func(request)
+    if value is None:
+        raise TypeError(
+            f"The KEY function {_describe(func)} of semaphore {name!r} returned None: a KEY "
+            "function returns the partition value as a str. Return a value of your own for "
+            'requests without one (the built-in KEYs give "" when the header or address is missing).'
+        )
+    return str(value)
+
+
+def _describe(func: object) -> str:
+    module = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", None)
+    if isinstance(module, str) and isinstance(qualname, str):
+        return f"{module}.{qualname}"
+    return repr(func)
+
+
 def resolve(request: HttpRequest, needs: Iterable[Need]) -> list[Item]:
     """Resolve ``needs`` into Items in the global order, one per semaphore and partition.
 
@@ -134,7 +162,7 @@ def resolve(request: HttpRequest, needs: Iterable[Need]) -> list[Item]:
     seen: set[tuple[str, str | None]] = set()
     for need, config in _in_force(needs):
         func = need.key_function(config)
-        key = None if func is None else str(func(request))
+        key = None if func is None else partition_of(need.name, func, request)
         wait = config.wait if need.wait is None else need.wait
         if (need.name, key) in seen:
             continue

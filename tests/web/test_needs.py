@@ -109,3 +109,52 @@ async def test_project_callables_may_query_the_database_under_asgi(async_client,
     lease = body(response)["leases"][name]
     assert lease["key"] == ("tenant-0" if option == "KEY" else None)
     assert lease["permits"] == 1
+
+
+# -- a KEY function returning None ---------------------------------------------------------------
+
+
+def tenant_or_none(request):
+    """A KEY function of the project's that gives None when the header is missing."""
+    return request.headers.get("X-Tenant")
+
+
+NONE_KEY_MESSAGE = (
+    r"KEY function tests\.web\.test_needs\.tenant_or_none of semaphore '(web-slow|mw-path)' returned None"
+)
+
+
+@pytest.mark.parametrize("path", ["/web/slow/?sleep=0", "/web/mw/path/"])
+def test_a_key_function_returning_none_is_a_programming_error(client, settings, path):
+    """Not one partition "None" shared by every request without the header (so a missing
+    `return` made a per-tenant limit one global limit, silently): a TypeError naming the
+    semaphore and the function, a 500 in Django's error log, and no slot taken."""
+    settings.MIDDLEWARE = MIDDLEWARE
+    name = "mw-path" if "mw" in path else "web-slow"
+    settings.SEMAPHORES = {**WEB_SEMAPHORES, name: {**WEB_SEMAPHORES[name], "KEY": tenant_or_none}}
+    response = client.get(path, headers={"X-Tenant": "blue"})
+    assert body(response)["leases"][name]["key"] == "blue"
+    with pytest.raises(TypeError, match=NONE_KEY_MESSAGE):
+        client.get(path)
+    assert semaphores[name].holders(key="None") == semaphores[name].holders() == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", ["/web/aslow/?sleep=0", "/web/mw/path/"])
+async def test_a_key_function_returning_none_is_a_programming_error_under_asgi(async_client, settings, path):
+    settings.MIDDLEWARE = MIDDLEWARE
+    name = "mw-path" if "mw" in path else "web-slow"
+    settings.SEMAPHORES = {**WEB_SEMAPHORES, name: {**WEB_SEMAPHORES[name], "KEY": tenant_or_none}}
+    with pytest.raises(TypeError, match=NONE_KEY_MESSAGE):
+        await async_client.get(path)
+    assert await semaphores[name].aholders(key="None") == await semaphores[name].aholders() == []
+
+
+def test_a_key_override_returning_none_is_a_programming_error():
+    @semaphore("web-one", key=lambda request: None)
+    def view(request):
+        return HttpResponse("ok")
+
+    with pytest.raises(TypeError, match=r"KEY function .*<lambda> of semaphore 'web-one' returned None"):
+        view(RequestFactory().get("/"))
+    assert semaphores["web-one"].holders(key="None") == []
