@@ -7,6 +7,7 @@ import pytest
 from redis.crc import key_slot
 
 from django_semaphore import Semaphore
+from django_semaphore.backend import keys as keys_module
 from django_semaphore.backend.keys import STATS, PartitionKeys, adhoc_key, stats_keys
 from django_semaphore.config import settings as conf
 from django_semaphore.runtime import stats
@@ -130,6 +131,36 @@ def test_long_name_keys_stay_readable_and_bounded():
     base = PartitionKeys.build("sema", "reports/" + "é" * 10_000, "k" * 10_000).base
     assert base.startswith("sema:reports_")
     assert len(base.encode()) < 120
+
+
+def _cache_calls():
+    """Hits plus misses of the two key caches: a call that went through a cache counts one."""
+    return sum(
+        c.cache_info().hits + c.cache_info().misses
+        for c in (keys_module._build_cached, keys_module._total_cached)
+    )
+
+
+@pytest.mark.parametrize("key", [None, "k"])
+def test_a_long_name_is_not_kept_in_the_key_caches(key):
+    """Ad-hoc names come from runtime input: a name longer than CACHED_NAME_LENGTH is built
+    at every call, never stored in the 1,024-entry caches; its keys are the same."""
+    long_name = "adhoc/" + "n" * 100_000
+    before = _cache_calls()
+    built = PartitionKeys.build("sema", long_name, key)
+    total = PartitionKeys.for_total("sema", long_name, key)
+    assert _cache_calls() == before  # neither cache was consulted, so nothing was stored
+    assert built == PartitionKeys(keys_module._base("sema", long_name, key))
+    assert built.main == PartitionKeys.build("sema", long_name, key).main
+    assert total == PartitionKeys(
+        keys_module._base("sema", long_name, keys_module.WHOLE_NAME, hashed=True), keys_module.key_hash(key)
+    )
+    # At the bound, a name is still cached, and gives the keys built without the cache.
+    short_name = "n" * keys_module.CACHED_NAME_LENGTH
+    assert PartitionKeys.build("sema", short_name, key) == PartitionKeys(
+        keys_module._base("sema", short_name, key)
+    )
+    assert _cache_calls() == before + 1
 
 
 # -- TTLs ---------------------------------------------------------------------
