@@ -165,7 +165,7 @@ def _async_from_sync(sync_client: Any) -> Any:
         for k in ("host", "port"):
             kwargs.pop(k, None)
         return Sentinel(sentinels, sentinel_kwargs=manager.sentinel_kwargs, **kwargs).master_for(  # type: ignore[no-untyped-call]
-            pool.service_name
+            pool.service_name, max_connections=pool.max_connections
         )
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
     if "path" in pool.connection_kwargs:
@@ -173,7 +173,22 @@ def _async_from_sync(sync_client: Any) -> Any:
     if issubclass(pool.connection_class, redis.SSLConnection):
         kwargs["ssl"] = True
     kwargs["retry"] = AsyncRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
-    return redis.asyncio.Redis(**kwargs)
+    # The alias's bound (CONNECTION_POOL_KWARGS' max_connections), as its sync pool has it.
+    client = redis.asyncio.Redis(**kwargs, max_connections=pool.max_connections)
+    if isinstance(pool, redis.BlockingConnectionPool):
+        # CONNECTION_POOL_CLASS "redis.BlockingConnectionPool": a caller beyond the bound
+        # waits for a connection (at most the pool's timeout), not fails at once.  The
+        # client above only worked out the connections' class and arguments.
+        plain = client.connection_pool
+        blocking = redis.asyncio.BlockingConnectionPool(
+            connection_class=plain.connection_class,
+            max_connections=pool.max_connections,
+            timeout=pool.timeout,
+            **plain.connection_kwargs,
+        )
+        client = redis.asyncio.Redis(connection_pool=blocking)
+        client.auto_close_connection_pool = True  # closed with the client, as its own pool would be
+    return client
 
 
 def _build_async(value: str | dict[str, Any]) -> Any:

@@ -1,10 +1,12 @@
 """SEMAPHORE_REDIS (django_semaphore.connection), backend errors, restarts, round trips."""
 
+import asyncio
 import contextlib
 import time
 
 import pytest
 import redis
+import redis.asyncio
 from django_redis import get_redis_connection
 
 from django_semaphore import Semaphore, SemaphoreBackendError, SemaphoreError
@@ -513,3 +515,58 @@ def test_the_client_of_an_event_loop_is_closed_when_the_loop_shuts_down(settings
         for _ in range(4):
             asyncio.run(cycle())
     assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
+# -- the alias's connection bound, on the asyncio client too ------------------------------------
+
+
+def _bounded_alias(settings, server, **options):
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": server.url,
+            "OPTIONS": {"SOCKET_TIMEOUT": 2, **options},
+        }
+    }
+    settings.SEMAPHORE_REDIS = "default"
+
+
+async def _three_waiters(sem):
+    """Three callers waiting at once on a semaphore held full: each holds a connection
+    while it blocks.  What each got: None (refused after its wait) or the exception."""
+    return await asyncio.gather(*(sem.aacquire(wait=1) for _ in range(3)), return_exceptions=True)
+
+
+@pytest.mark.asyncio
+async def test_the_async_client_of_an_alias_keeps_its_max_connections(settings, own_server):
+    # The asyncio twin of a django-redis client had redis-py's own bound (100) whatever
+    # the alias said: the sync client stopped at 2 connections and the async one did not.
+    _bounded_alias(settings, own_server, CONNECTION_POOL_KWARGS={"max_connections": 2})
+    assert connection.get_client().connection_pool.max_connections == 2
+    sem = Semaphore("async-bound", limit=1, timeout=30)
+    held = await sem.aacquire()
+    assert connection.get_async_client().connection_pool.max_connections == 2
+    outcomes = await _three_waiters(sem)
+    # Two connections for three blocking callers: one of them is told so, as a sync caller would be.
+    errors = [o for o in outcomes if isinstance(o, SemaphoreBackendError)]
+    assert len(errors) == 1 and "Too many connections" in str(errors[0]), outcomes
+    assert [o for o in outcomes if not isinstance(o, SemaphoreBackendError)] == [None, None]
+    assert await held.arelease()
+
+
+@pytest.mark.asyncio
+async def test_the_async_client_of_a_blocking_pool_alias_waits_for_a_connection(settings, own_server):
+    _bounded_alias(
+        settings,
+        own_server,
+        CONNECTION_POOL_CLASS="redis.BlockingConnectionPool",
+        CONNECTION_POOL_KWARGS={"max_connections": 2, "timeout": 10},
+    )
+    sem = Semaphore("async-blocking-bound", limit=1, timeout=30)
+    held = await sem.aacquire()
+    pool = connection.get_async_client().connection_pool
+    assert isinstance(pool, redis.asyncio.BlockingConnectionPool)
+    assert (pool.max_connections, pool.timeout) == (2, 10)
+    # The third caller waits for a connection instead of failing: all three wait, and are refused.
+    assert await _three_waiters(sem) == [None, None, None]
+    assert await held.arelease()

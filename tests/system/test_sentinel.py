@@ -76,6 +76,21 @@ async def test_async_operations_through_sentinel(sentinel_alias):
     assert type(client).__module__.startswith("redis.asyncio")
 
 
+@pytest.mark.asyncio
+async def test_the_async_client_keeps_the_alias_max_connections(redis_sentinel, settings):
+    cache = sentinel_cache(redis_sentinel)
+    cache["OPTIONS"]["CONNECTION_POOL_KWARGS"] = {"max_connections": 3}
+    settings.CACHES = {**settings.CACHES, "sentinel": cache}
+    settings.SEMAPHORE_REDIS = "sentinel"
+    try:
+        assert connection.get_client().connection_pool.max_connections == 3
+        lease = await Semaphore("sentinel-abound", limit=1, timeout=5).aacquire()
+        assert lease and await lease.arelease()
+        assert connection.get_async_client().connection_pool.max_connections == 3
+    finally:
+        connection.reset()
+
+
 def _sweep(intervals):
     """(greatest number of overlapping intervals, number of moments above LIMIT)."""
     events = sorted([(s, 1) for s, e, *_ in intervals] + [(e, -1) for s, e, *_ in intervals])
