@@ -57,7 +57,6 @@ from redis.exceptions import RedisClusterException
 
 from .backend import connection
 from .config import settings as semaphore_settings
-from .config import validation
 from .config.validation import Problem
 from .exceptions import SemaphoreBackendError
 from .web.needs import Need, needs_of
@@ -133,44 +132,7 @@ def _need_problems(need: Need) -> Iterator[tuple[str, str]]:
     except ImproperlyConfigured:
         yield "SEMAPHORES has no such entry.", f"Add SEMAPHORES[{need.name!r}], or fix the name."
         return
-    if need.key is not None:
-        for problem in validation.resolve_key(need.name, need.key)[1]:
-            if not problem.warning:
-                yield f"key={need.key!r} is refused ({problem.msg})", problem.hint
-    if need.wait is not None and not validation.is_wait(need.wait):
-        yield (
-            f"wait={validation.shown(need.wait)} is refused: it must be {validation.WAIT_RANGE}.",
-            "Pass how long a request may queue for a slot, e.g. wait=2, or drop the argument "
-            "(the entry's WAIT).",
-        )
-    for option, value in (("PERMITS", need.permits), ("PRIORITY", need.priority)):
-        if value is None:
-            continue
-        words = f"{option.lower()}={value!r}"
-        if config.algorithm != "lua":
-            yield (
-                f"{words} needs the 'lua' algorithm; this entry's is {config.algorithm!r}.",
-                'Set its ALGORITHM to "lua", or drop the argument.',
-            )
-            continue
-        resolved, problems = validation.resolve_per_request(need.name, option, value)
-        for problem in problems:
-            if not problem.warning:
-                yield f"{words} is refused ({problem.msg})", problem.hint
-        bound, highest = (
-            ("LIMIT", config.limit) if config.adaptive is None else ("ADAPTIVE's MAX", config.adaptive.max)
-        )
-        if option == "PERMITS" and isinstance(resolved, int) and resolved > highest:
-            yield (
-                f"{words} is more than the entry's {bound} {highest}: no request could ever be served.",
-                f"Ask for at most {bound} permits, or raise {bound}.",
-            )
-        # TOTAL (None, or >= 1) bounds the permits of any one request too.
-        elif option == "PERMITS" and isinstance(resolved, int) and resolved > (config.total or resolved):
-            yield (
-                f"{words} is more than the entry's TOTAL {config.total}: no request could ever be served.",
-                "Ask for at most TOTAL permits, or raise TOTAL.",
-            )
+    yield from need.problems(config)
 
 
 @checks.register("django_semaphore", deploy=True)

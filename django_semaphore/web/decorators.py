@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import SyncToAsync, async_to_sync, iscoroutinefunction, markcoroutinefunction
+from django.core.exceptions import ImproperlyConfigured
 
 from ..backend import forks
 from ..engine.cancellation import run_to_completion
@@ -131,7 +132,12 @@ def semaphore(
     dotted path to one; a KEY function returning None raises TypeError),
     ``wait`` its WAIT (seconds to queue for a slot),
     ``permits`` its PERMITS and ``priority`` its PRIORITY (each an int or a
-    callable ``(request) -> int``; "lua" only).
+    callable ``(request) -> int``; "lua" only).  An argument that no settings
+    could accept (a ``wait`` out of range, ``permits=0``, ``key="header:"``)
+    raises ImproperlyConfigured here, as the view's module is imported, with
+    system check E027's message; one its SEMAPHORES entry refuses (no such
+    entry, ``permits`` above LIMIT, a dotted path that does not import) is
+    E027's, and ImproperlyConfigured at the view's requests.
 
     A refused request gets the SEMAPHORE_REJECT_VIEW response (429 with
     Retry-After by default); when Redis is unreachable, a 503, or the view runs
@@ -147,6 +153,11 @@ def semaphore(
     together, all or none.
     """
     need = Need(name, key, wait, permits, priority)
+    for msg, hint in need.argument_problems():
+        # Here, when the view's module (the URLconf) is imported, not at each
+        # request: gunicorn and uvicorn run no system checks, so E027 alone
+        # left every request to the view a 500.
+        raise ImproperlyConfigured(f"@semaphore({name!r}, ...): {msg} HINT: {hint} (django_semaphore.E027)")
 
     def decorator(view: V) -> V:
         needs = (need, *needs_of(view))

@@ -51,6 +51,52 @@ class Need:
                 raise problem.as_exception()
         return func
 
+    def argument_problems(self) -> Iterator[tuple[str, str]]:
+        """(message, hint) for each of ``key``, ``wait``, ``permits`` and ``priority``
+        that no settings could accept: ``@semaphore(...)`` raises the first at once.
+
+        A dotted path is not imported here (the view's module may be the one
+        still being imported): :meth:`problems` reports one that does not import.
+        """
+        if self.key is not None and not _dotted_path(self.key, "header:"):
+            for problem in validation.resolve_key(self.name, self.key)[1]:
+                if not problem.warning:
+                    yield f"key={validation.shown(self.key)} is refused ({problem.msg})", problem.hint
+        if self.wait is not None and not validation.is_wait(self.wait):
+            yield (
+                f"wait={validation.shown(self.wait)} is refused: it must be {validation.WAIT_RANGE}.",
+                "Pass how long a request may queue for a slot, e.g. wait=2, or drop the argument "
+                "(the entry's WAIT).",
+            )
+        for option, value in (("PERMITS", self.permits), ("PRIORITY", self.priority)):
+            if value is not None and not _dotted_path(value):
+                yield from _per_request_problems(self.name, option, value)
+
+    def problems(self, config: SemaphoreConfig) -> Iterator[tuple[str, str]]:
+        """(message, hint) for each thing wrong with this need against its entry
+        ``config``: :meth:`argument_problems`, a dotted path that does not import,
+        permits or priority with a seed algorithm, permits no request could get.
+        System check E027 reports them for every ``@semaphore`` view of the URLconf."""
+        yield from self.argument_problems()
+        if _dotted_path(self.key, "header:"):
+            for problem in validation.resolve_key(self.name, self.key)[1]:
+                if not problem.warning:
+                    yield f"key={self.key!r} is refused ({problem.msg})", problem.hint
+        for option, value in (("PERMITS", self.permits), ("PRIORITY", self.priority)):
+            if value is None:
+                continue
+            words = f"{option.lower()}={validation.shown(value)}"
+            if config.algorithm != "lua":
+                yield (
+                    f"{words} needs the 'lua' algorithm; this entry's is {config.algorithm!r}.",
+                    'Set its ALGORITHM to "lua", or drop the argument.',
+                )
+                continue
+            if _dotted_path(value):
+                yield from _per_request_problems(self.name, option, value)
+            if option == "PERMITS" and isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+                yield from _permits_beyond(words, value, config)
+
     def scheduling(self, config: SemaphoreConfig) -> tuple[PerRequest, PerRequest]:
         """PERMITS and PRIORITY: this need's overrides (resolved) or the settings'."""
         values = []
@@ -67,6 +113,35 @@ class Need:
                     raise problem.as_exception()
             values.append(value)
         return values[0], values[1]
+
+
+def _dotted_path(value: object, but: str | None = None) -> bool:
+    # A str that resolving imports (a "header:<Name>" KEY is not one).
+    return isinstance(value, str) and "." in value and not (but and value.startswith(but))
+
+
+def _per_request_problems(name: str, option: str, value: object) -> Iterator[tuple[str, str]]:
+    for problem in validation.resolve_per_request(name, option, value)[1]:
+        if not problem.warning:
+            yield f"{option.lower()}={validation.shown(value)} is refused ({problem.msg})", problem.hint
+
+
+def _permits_beyond(words: str, permits: int, config: SemaphoreConfig) -> Iterator[tuple[str, str]]:
+    """Permits more than the entry could ever grant one request: LIMIT (ADAPTIVE's MAX), TOTAL."""
+    bound, highest = (
+        ("LIMIT", config.limit) if config.adaptive is None else ("ADAPTIVE's MAX", config.adaptive.max)
+    )
+    if permits > highest:
+        yield (
+            f"{words} is more than the entry's {bound} {highest}: no request could ever be served.",
+            f"Ask for at most {bound} permits, or raise {bound}.",
+        )
+    # TOTAL (None, or >= 1) bounds the permits of any one request too.
+    elif permits > (config.total or permits):
+        yield (
+            f"{words} is more than the entry's TOTAL {config.total}: no request could ever be served.",
+            "Ask for at most TOTAL permits, or raise TOTAL.",
+        )
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -1,5 +1,7 @@
 """The URLconf of the E027 tests (tests/test_checks.py): views guarded well and badly,
-as functions, class-based views and under include()."""
+as functions, class-based views and under include().  Badly: against their SEMAPHORES
+entry, or with a dotted path that does not import; an argument no entry could accept
+(wait=10**400, permits=0, key="header:") is refused by @semaphore itself, at import."""
 
 from django.http import HttpResponse
 from django.urls import include, path
@@ -15,7 +17,7 @@ def ok(request):
 
 good = semaphore("chk", key="ip", permits=2, priority=lambda request: 1)(ok)
 unknown = semaphore("chk-missing")(ok)
-bad_key = semaphore("chk", key="header:")(ok)
+bad_key = semaphore("chk", key="no.such.module.key")(ok)
 too_many = semaphore("chk", permits=5)(ok)
 bad_priority = semaphore("chk", priority="no.such.module.func")(ok)
 seed = semaphore("chk-seed", permits=2)(ok)
@@ -27,7 +29,7 @@ class Guarded(View):
         return HttpResponse("ok")
 
 
-nested = [path("deep/", semaphore("chk", permits=0)(ok))]
+nested = [path("deep/", semaphore("chk", permits="no.such.module.permits")(ok))]
 
 urlpatterns = [
     path("good/", good),
