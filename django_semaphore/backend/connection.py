@@ -114,11 +114,52 @@ def _url_options(value: dict[str, Any], retry_class: Any = Retry) -> dict[str, A
     return options
 
 
+# The arguments by which SENTINEL_KWARGS chooses how the connections to the sentinels retry.
+_RETRY_KWARGS = ("retry", "retry_on_error", "retry_on_timeout")
+_TIMEOUT_KWARGS = ("socket_timeout", "socket_connect_timeout")
+
+
+def _sentinel_defaults(given: dict[str, Any], pool: Any, retry_class: Any = Retry) -> dict[str, Any]:
+    """What the app adds to ``given``, the arguments of the connections to the sentinels
+    of a Sentinel ``pool`` (SENTINEL_KWARGS; without it, the alias's socket options, as
+    redis-py takes them), so that a sentinel that accepts connections and never answers
+    fails a call within one socket timeout: the alias's socket timeouts where ``given``
+    sets none (redis-py would wait forever), and, where it chooses no retry, one retry of
+    a dropped connection and none of a timeout, as :data:`DEFAULT_OPTIONS` do.  redis-py's
+    own default retries ten times: such a sentinel failed a call after 26 s, not 2."""
+    defaults: dict[str, Any] = {
+        name: pool.connection_kwargs[name]
+        for name in _TIMEOUT_KWARGS
+        if given.get(name) is None and pool.connection_kwargs.get(name) is not None
+    }
+    if not any(name in given for name in _RETRY_KWARGS):
+        defaults["retry"] = retry_class(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
+    return defaults
+
+
+def _bound_sentinels(client: Any) -> Any:
+    """``client``, a django-redis alias's, with :func:`_sentinel_defaults` applied to its
+    Sentinel's connections (shared with the alias's cache) if it follows one."""
+    pool = client.connection_pool
+    manager = getattr(pool, "sentinel_manager", None)
+    if manager is None:
+        return client
+    defaults = _sentinel_defaults(manager.sentinel_kwargs, pool)
+    retry = defaults.pop("retry", None)
+    for sentinel in manager.sentinels:
+        # For the connections opened from now on (one the alias's cache opened already
+        # keeps its timeouts); a retry reaches those too.
+        sentinel.connection_pool.connection_kwargs.update(defaults)
+        if retry is not None:
+            sentinel.set_retry(retry)
+    return client
+
+
 def _build_sync(value: str | dict[str, Any]) -> Any:
     if isinstance(value, str):
         from django_redis import get_redis_connection
 
-        return get_redis_connection(value)
+        return _bound_sentinels(get_redis_connection(value))
     options = _url_options(value)
     if value.get("CLUSTER"):
         options.pop("health_check_interval", None)
@@ -164,7 +205,9 @@ def _async_from_sync(sync_client: Any) -> Any:
         kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
         for k in ("host", "port"):
             kwargs.pop(k, None)
-        return Sentinel(sentinels, sentinel_kwargs=manager.sentinel_kwargs, **kwargs).master_for(  # type: ignore[no-untyped-call]
+        given = manager.sentinel_kwargs
+        sentinel_kwargs = {**given, **_sentinel_defaults(given, pool, AsyncRetry)}
+        return Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **kwargs).master_for(  # type: ignore[no-untyped-call]
             pool.service_name, max_connections=pool.max_connections
         )
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}

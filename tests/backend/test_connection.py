@@ -570,3 +570,129 @@ async def test_the_async_client_of_a_blocking_pool_alias_waits_for_a_connection(
     # The third caller waits for a connection instead of failing: all three wait, and are refused.
     assert await _three_waiters(sem) == [None, None, None]
     assert await held.arelease()
+
+
+# -- a Sentinel that accepts connections and never answers --------------------------------------
+
+
+@pytest.fixture
+def silent_sentinel():
+    """A TCP server on loopback that accepts every connection and never writes a byte:
+    a sentinel that hangs.  Yields (port, the connections it accepted)."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted = []
+
+    def accept():
+        with contextlib.suppress(OSError):  # the listener closed: the test is over
+            while True:
+                accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1], accepted
+    listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() (a close alone would not)
+    listener.close()
+    for conn in list(accepted):
+        conn.close()  # a client still reading sees the connection closed, and gives up
+    thread.join(5)
+
+
+def _silent_sentinel_alias(settings, port, sentinel_kwargs=None):
+    options = {
+        "CLIENT_CLASS": "django_redis.client.SentinelClient",
+        "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+        "SENTINELS": [("127.0.0.1", port)],
+        "SOCKET_CONNECT_TIMEOUT": 1,
+        "SOCKET_TIMEOUT": 2,
+    }
+    if sentinel_kwargs is not None:
+        options["SENTINEL_KWARGS"] = sentinel_kwargs
+    # A service name of its own: django-redis keeps its pools per URL for the process.
+    service = f"silent-{port}"
+    settings.CACHES = {
+        **settings.CACHES,
+        "sentinel": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://{service}/0",
+            "OPTIONS": options,
+        },
+    }
+    settings.SEMAPHORE_REDIS = "sentinel"
+
+
+def _fails_within(call, bound):
+    """Run ``call`` in a thread: the SemaphoreBackendError it raised and the seconds it took.
+    Fails if it has not finished within ``bound`` seconds (the thread is left to the fixture's
+    closing of the connections)."""
+    import threading
+
+    outcome = {}
+
+    def target():
+        started = time.monotonic()
+        try:
+            call()
+        except SemaphoreBackendError as exc:
+            outcome["error"] = exc
+        finally:
+            outcome["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(bound)
+    assert not thread.is_alive(), f"still waiting on the sentinel after {bound}s"
+    assert "error" in outcome, outcome
+    return outcome["error"], outcome["seconds"]
+
+
+SILENT_SENTINEL_KWARGS = {
+    # django-redis passes the alias's socket options to the sentinels (redis-py did retry
+    # ten times: a call failed after about 26 s, eleven connections).
+    "alias options": None,
+    # SENTINEL_KWARGS without timeouts: redis-py waited forever.
+    "SENTINEL_KWARGS without timeouts": {"socket_keepalive": True},
+}
+
+
+@pytest.mark.parametrize(
+    "sentinel_kwargs", list(SILENT_SENTINEL_KWARGS.values()), ids=list(SILENT_SENTINEL_KWARGS)
+)
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_sentinel_that_never_answers_fails_a_call_within_the_socket_timeout(
+    settings, silent_sentinel, sentinel_kwargs, flavour
+):
+    import asyncio
+
+    port, accepted = silent_sentinel
+    _silent_sentinel_alias(settings, port, sentinel_kwargs)
+    sem = Semaphore("silent-sentinel", limit=1, timeout=5)
+
+    def call():
+        if flavour == "sync":
+            sem.acquire()
+        else:
+            asyncio.run(sem.aacquire())
+
+    error, seconds = _fails_within(call, 10)
+    print(f"SILENT SENTINEL {flavour}: {seconds:.2f}s, {len(accepted)} connection(s)")
+    assert "No master found" in str(error)
+    # The one question to the sentinel timed out once (SOCKET_TIMEOUT 2) and was not asked again.
+    assert len(accepted) == 1
+    assert seconds < 10  # 26 s before (about 2 s now)
+
+
+def test_sentinel_kwargs_that_choose_a_retry_are_kept(settings, silent_sentinel):
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    port, accepted = silent_sentinel
+    retry = Retry(NoBackoff(), 2, supported_errors=(redis.TimeoutError,))
+    _silent_sentinel_alias(settings, port, {"socket_timeout": 0.5, "retry": retry})
+    error, seconds = _fails_within(lambda: Semaphore("silent-retry", limit=1).acquire(), 10)
+    assert "No master found" in str(error)
+    assert len(accepted) == 3  # asked, then asked again twice: the retry SENTINEL_KWARGS chose
