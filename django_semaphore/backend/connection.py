@@ -205,7 +205,10 @@ def _async_from_sync(sync_client: Any) -> Any:
         kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
         for k in ("host", "port"):
             kwargs.pop(k, None)
-        given = manager.sentinel_kwargs
+        given = dict(manager.sentinel_kwargs)
+        chosen = given.get("retry")
+        if isinstance(chosen, Retry):  # SENTINEL_KWARGS' own: an asyncio connection would never retry with it
+            given["retry"] = AsyncRetry(chosen._backoff, chosen.get_retries(), chosen._supported_errors)
         sentinel_kwargs = {**given, **_sentinel_defaults(given, pool, AsyncRetry)}
         return Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **kwargs).master_for(  # type: ignore[no-untyped-call]
             pool.service_name, max_connections=pool.max_connections

@@ -686,13 +686,20 @@ def test_a_sentinel_that_never_answers_fails_a_call_within_the_socket_timeout(
     assert seconds < 10  # 26 s before (about 2 s now)
 
 
-def test_sentinel_kwargs_that_choose_a_retry_are_kept(settings, silent_sentinel):
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_sentinel_kwargs_that_choose_a_retry_are_kept(settings, silent_sentinel, flavour):
+    # A redis.retry.Retry, as SENTINEL_KWARGS take it: the asyncio client's connections to
+    # the sentinels retry as it says too (given as it is, they would never retry).
+    import asyncio
+
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
     port, accepted = silent_sentinel
     retry = Retry(NoBackoff(), 2, supported_errors=(redis.TimeoutError,))
     _silent_sentinel_alias(settings, port, {"socket_timeout": 0.5, "retry": retry})
-    error, seconds = _fails_within(lambda: Semaphore("silent-retry", limit=1).acquire(), 10)
+    sem = Semaphore("silent-retry", limit=1)
+    call = sem.acquire if flavour == "sync" else lambda: asyncio.run(sem.aacquire())
+    error, seconds = _fails_within(call, 10)
     assert "No master found" in str(error)
     assert len(accepted) == 3  # asked, then asked again twice: the retry SENTINEL_KWARGS chose
