@@ -14,7 +14,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import redis
@@ -208,7 +208,8 @@ def _async_from_sync(sync_client: Any) -> Any:
         given = dict(manager.sentinel_kwargs)
         chosen = given.get("retry")
         if isinstance(chosen, Retry):  # SENTINEL_KWARGS' own: an asyncio connection would never retry with it
-            given["retry"] = AsyncRetry(chosen._backoff, chosen.get_retries(), chosen._supported_errors)
+            errors = cast("tuple[type[RedisError], ...]", chosen._supported_errors)  # as they were given
+            given["retry"] = AsyncRetry(chosen._backoff, chosen.get_retries(), errors)
         sentinel_kwargs = {**given, **_sentinel_defaults(given, pool, AsyncRetry)}
         return Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **kwargs).master_for(  # type: ignore[no-untyped-call]
             pool.service_name, max_connections=pool.max_connections
