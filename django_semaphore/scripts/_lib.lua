@@ -259,14 +259,18 @@ end
 -- it, without a TTL).
 -- `known` (optional): what the caller read already and nothing changed since,
 -- each optional: `holders` (the ZCARD of the timeouts ZSET), `head` (the
--- holds HASH's "#", "+" and "e", as HMGET returns them).
+-- holds HASH's "#", "+" and "e", as HMGET returns them), `leaving` (entries
+-- of the timeouts ZSET whose permits are free already: a releasing holder's
+-- live entry, removed after the grants so that the ZSET is not deleted and
+-- created again without its TTL; release.lua).
 local function grant_state(now, clock, known)
   known = known or {}
   local h = known.head or redis.call('HMGET', KEYS[3], '#', '+', 'e')
   local holders = known.holders or redis.call('ZCARD', KEYS[1])
   return {
     counter = h[1], extra = tonumber(h[2] or '') or 0, watermark = tonumber(h[3] or ''),
-    fresh = holders == 0, now = now, clock = clock, numbered = false, holders = holders,
+    fresh = holders == 0, now = now, clock = clock, numbered = false,
+    holders = holders - (known.leaving or 0),
   }
 end
 
@@ -595,23 +599,25 @@ end
 
 -- Permits came free (release, abandon): grant them to the first waiters
 -- (`push`: see grant_first).
--- `head`: the holds HASH's "#", "+" and "e" if the caller read them since
--- its last change (see grant_state). Returns how many wait still.
-local function wake(now, clock, limit, out, push, head)
+-- `known` (optional): what grant_state need not read again, `head` and
+-- `leaving` (`head` only if the caller read it since its last change).
+-- Returns how many wait still.
+local function wake(now, clock, limit, out, push, known)
   local waiting = purge_waiters(now)
   if waiting == 0 then return 0 end
-  if purge_holders(now, 100) > 0 then head = nil end
-  local st = grant_state(now, clock, {head = head})
+  known = known or {}
+  if purge_holders(now, 100) > 0 then known = {leaving = known.leaving} end
+  local st = grant_state(now, clock, known)
   local free = limit - st.holders - st.extra
   if free > 0 then waiting = waiting - grant_first(st, free, out, limit, push) end
   return waiting
 end
 
 -- Permits came free with the waiters flag set (a release): grant them to the
--- first waiters (wake; `head`: see there), and clear the flag once the queue
+-- first waiters (wake; `known`: see there), and clear the flag once the queue
 -- is empty.
-local function serve(now, clock, limit, out, push, head)
-  if wake(now, clock, limit, out, push, head) == 0 then redis.call('HDEL', KEYS[3], 'w') end
+local function serve(now, clock, limit, out, push, known)
+  if wake(now, clock, limit, out, push, known) == 0 then redis.call('HDEL', KEYS[3], 'w') end
 end
 
 -- TOTAL: permits came free (release, abandon): grant them (grant_total).

@@ -19,7 +19,11 @@ local expiry = redis.call('ZSCORE', KEYS[1], id)
 local live = expiry and tonumber(expiry) > now
 -- (With "#", "+" and "e" for a direct grant: see the rest of the script.)
 local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD, REFUSED_FIELD, '#', '+', 'e')
-redis.call('ZREM', KEYS[1], id)
+-- With callers waiting, a live entry goes after the grants (its permit counts
+-- as free for them): the last holder's entry removed first would delete the
+-- timeouts ZSET, and the grant create it again, with a PEXPIREAT more.
+local leaving = found[3] and live
+if not leaving then redis.call('ZREM', KEYS[1], id) end
 local had = redis.call('HDEL', KEYS[3], id, '*' .. id, '@' .. id)
 local counted = found[1] and give_back_one(id, found[1]) or 0
 if found[2] and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(found[2]) end
@@ -45,5 +49,8 @@ for i = 4, #ARGV do
   push[ARGV[i]] = KEYS[i + 4]
 end
 -- The "+" count read above, unless the release lowered it.
-serve(now, clock, tonumber(ARGV[2]), out, push, counted == 0 and {found[6], found[7], found[8]} or nil)
+local known = {leaving = leaving and 1 or 0}
+if counted == 0 then known.head = {found[6], found[7], found[8]} end
+serve(now, clock, tonumber(ARGV[2]), out, push, known)
+if leaving then redis.call('ZREM', KEYS[1], id) end
 return out

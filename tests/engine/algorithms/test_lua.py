@@ -792,3 +792,52 @@ def test_moving_the_queue_watermark_never_shortens_a_longer_ttl(raw_redis):
     print(f"QUEUE KEY TTLS after the watermark moved over longer ones ({longer} ms): {ttls}")
     for name, pttl in ttls.items():
         assert pttl >= longer - elapsed - 5, name
+
+
+def _script_commands(raw_redis, redis_url, call):
+    """The commands scripts ran on the server during ``call()`` (MONITOR, in a thread)."""
+    seen, ready, stop = [], threading.Event(), f"stop-monitor-{uuid.uuid4().hex}"
+    watcher = redis.Redis.from_url(redis_url)
+
+    def listen():
+        with watcher.monitor() as monitor:
+            ready.set()
+            for record in monitor.listen():
+                if stop in record["command"]:
+                    return
+                if record.get("client_type") == "lua":
+                    seen.append(record["command"])
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    assert ready.wait(5)
+    time.sleep(0.1)  # MONITOR is in force once its reply came (redis-py gives no event for it)
+    try:
+        call()
+    finally:
+        raw_redis.echo(stop)
+        thread.join(10)
+        watcher.close()
+    return seen
+
+
+def test_a_release_that_grants_a_waiter_keeps_the_timeouts_zset_and_its_ttl(raw_redis, redis_url):
+    # The last holder's entry was removed before the grant: the timeouts ZSET was deleted,
+    # and the claim entry created it again without a TTL, which cost a PEXPIREAT more
+    # (about 12,000 of a hand-over's 736,000 server instructions).
+    keys = Semaphore("handover-ttl", limit=1, timeout=30).partition()
+    client = connection.get_client()
+    holder = run(client, LUA.acquire(keys, 1, AcquireRequest("h", "{}", 30000)))
+    assert isinstance(holder, Granted)
+    queued = run(client, LUA.acquire(keys, 1, AcquireRequest("w", "{}", 30000, ticket_ms=TICKET_MS)))
+    assert isinstance(queued, Refused)
+    ttl = raw_redis.pttl(keys.timeouts)
+    commands = _script_commands(raw_redis, redis_url, lambda: run(client, LUA.release(keys, 1, "h", holder)))
+    assert not [c for c in commands if c.startswith("PEXPIREAT") and keys.timeouts in c], commands
+    # The waiter holds the permit (a claim), the releaser nothing; the ZSET kept its TTL.
+    assert [m.decode() for m in raw_redis.zrange(keys.timeouts, 0, -1)] == ["w"]
+    assert raw_redis.pttl(keys.timeouts) >= ttl - 1_000
+    assert LUA.grant_from(raw_redis.lpop(keys.wake("w")), 1, False) is not None
+    assert run(client, LUA.refresh(keys, 30000, "w")) is not None
+    assert run(client, LUA.release(keys, 1, "w")) is True
+    assert raw_redis.exists(keys.timeouts) == 0  # the last holder gone: the ZSET with it
