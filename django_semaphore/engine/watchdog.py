@@ -17,6 +17,16 @@ sent ``lease_lost``.  The watchdog never re-acquires a lost slot.  A renewal
 that fails because Redis is unreachable is logged and retried sooner, until the
 lease would have expired anyway.
 
+A give-back that a garbage-collection finalizer asks for (the response of a
+guarded view dropped unclosed, :mod:`django_semaphore.web.streaming`) is made
+by the **releaser**, a second daemon thread (``django-semaphore-releaser``):
+the finalizer only puts it on a :class:`queue.SimpleQueue` (:func:`release_later`),
+whose ``put`` is safe wherever the collector runs (amid a Redis call holding a
+lock, on an event loop), and the releaser, blocked on the queue's ``get``,
+wakes at once and makes it.  Not on the watchdog thread: waking its
+scheduler takes a lock, and a release stalled on a dead connection must not
+make a renewal late.
+
 After ``fork()`` the child starts with an empty watchdog and no thread
 (:mod:`~django_semaphore.backend.forks`): it never renews (nor releases) the
 leases of its parent.
@@ -27,9 +37,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from ..backend import forks
@@ -66,6 +77,7 @@ class Renewable(Protocol):
 
 RETRY_AFTER_ERROR = 0.5  # seconds before a renewal that failed on Redis is retried
 THREAD_NAME = "django-semaphore-watchdog"
+RELEASER_NAME = "django-semaphore-releaser"
 
 
 def interval(lease: Renewable) -> float:
@@ -185,6 +197,67 @@ def watchdog() -> Watchdog:
 def watch(lease: Renewable) -> Watch:
     """Renew a sync-world ``lease`` from the watchdog thread until stopped."""
     return _watchdog.watch(lease)
+
+
+class Releaser:
+    """The thread making the give-backs that finalizers queue (:func:`release_later`)."""
+
+    def __init__(self) -> None:
+        self._reset()
+        forks.in_child(self._reset)  # the parent's thread is not in the child
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the thread unless it runs: before anything may be queued, from ordinary
+        code (starting a thread takes locks, which a finalizer must not)."""
+        if self._thread is not None:
+            return
+        with self._lock:
+            if self._thread is None:
+                thread = threading.Thread(
+                    target=self._run, args=(self._queue,), name=RELEASER_NAME, daemon=True
+                )
+                thread.start()
+                self._thread = thread
+
+    def later(self, give_back: Callable[[], object]) -> None:
+        """Queue ``give_back`` for the thread: nothing but ``SimpleQueue.put``, so a
+        garbage-collection finalizer may call it."""
+        self._queue.put(give_back)
+
+    @staticmethod
+    def _run(pending: queue.SimpleQueue[Callable[[], object]]) -> None:
+        while True:
+            give_back = pending.get()
+            try:
+                give_back()
+            except Exception:  # the next one still gets its turn; the slot expires after TIMEOUT
+                logger.exception("Could not give back the slots of a response dropped unclosed")
+            del give_back  # a queued guard is not kept alive until the next one comes
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+
+_releaser = Releaser()
+
+
+def releaser() -> Releaser:
+    """The process's :class:`Releaser`."""
+    return _releaser
+
+
+def release_later(give_back: Callable[[], object]) -> None:
+    """Have the releaser thread call ``give_back`` (safe in a finalizer; see :class:`Releaser`).
+
+    Call :meth:`Releaser.start` (``releaser().start()``) before a finalizer may
+    call this."""
+    _releaser.later(give_back)
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,9 @@ class RequestGuard:
         self.watches: list[watchdog.Watch] = []
         self.async_watch: watchdog.AsyncWatch | None = None
         self.closed = False
+        # release() may come from the request's thread or loop and from the
+        # releaser thread (the response was collected unclosed) at once.
+        self._closing = threading.Lock()
         self._on_close: ReleaseOnClose | None = None
 
     # -- shared decisions --------------------------------------------------------
@@ -162,9 +166,10 @@ class RequestGuard:
 
     def _close(self) -> bool:
         # True the first time: the caller then stops the renewals and gives back.
-        if self.closed:
-            return False
-        self.closed = True
+        with self._closing:
+            if self.closed:
+                return False
+            self.closed = True
         if self._on_close is not None:
             self._on_close.cancel()
         return True
@@ -237,8 +242,10 @@ class RequestGuard:
         now.  Under ASGI, also release as soon as the request's task ends with
         the response unclosed (when the client goes away, Django >= 5.0 drops
         a response that has already left this guard without closing it).
-        Any other response dropped without being closed stops the renewals
-        when it is garbage-collected (see :mod:`django_semaphore.web.streaming`).
+        Any other response dropped without being closed (a sync view's under
+        ASGI whose client went away) stops the renewals when it is
+        garbage-collected, and the watchdog's releaser thread gives its slots
+        back then (see :mod:`django_semaphore.web.streaming`).
         """
         if not self.leases:
             self.closed = True

@@ -7,34 +7,28 @@ slot is held for exactly as long as the response is being sent.
 
 A response may be dropped without being closed: an outer middleware replaced
 it (ConditionalGetMiddleware answers a revalidation with a 304 of its own),
-a view was called directly in a test, a server never calls close().  Its
-renewals stop when it is garbage-collected; its slots are given back when the
-request's response is closed (Django's ``request_finished``, in the request's
-context), or else expire after TIMEOUT instead of being renewed for the life
-of the process.  The give-back is never made by the garbage collector itself,
-which may run on an event loop or amid a Redis call holding a lock.
+the client of a sync view under ASGI went away while the view ran (Django
+drops what the view returns in its thread), a view was called directly in a
+test, a server never calls close().  When such a response is
+garbage-collected, its renewals stop and its slots are given back by the
+watchdog's releaser thread (:func:`django_semaphore.engine.watchdog.release_later`).
+The give-back is never made by the garbage collector itself, which may run on
+an event loop or amid a Redis call holding a lock: the finalizer only queues
+it.  A response exists only once its view has returned, so this never gives
+back a slot while the view runs; a response that is closed after all finds
+the slots given back (the guard's release is idempotent).
 """
 
 from __future__ import annotations
 
-import contextvars
-import logging
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from django.core.signals import request_finished
+from ..engine import watchdog
 
 if TYPE_CHECKING:
     from django.http import HttpResponseBase
-
-logger = logging.getLogger("django_semaphore")
-
-# The responses of this request (this context) that hold slots and were not
-# closed yet: the give-backs that request_finished makes for dropped ones.
-_held: contextvars.ContextVar[list[ReleaseOnClose] | None] = contextvars.ContextVar(
-    "django_semaphore_held_responses", default=None
-)
 
 
 def closable(response: object) -> bool:
@@ -46,50 +40,24 @@ def closable(response: object) -> bool:
     return hasattr(response, "_resource_closers")
 
 
+def _collected(abandon: Callable[[], None], release: Callable[[], None]) -> None:
+    # A finalizer: stop the renewals (no lock, no wait) and queue the give-back.
+    abandon()
+    watchdog.release_later(release)
+
+
 class ReleaseOnClose:
-    """Call ``release`` when ``response`` is closed; ``abandon`` if it is collected
-    unclosed, and ``release`` when the request's response is closed after that."""
+    """Call ``release`` when ``response`` is closed; if it is collected unclosed,
+    ``abandon`` at once and ``release`` from the watchdog's releaser thread."""
 
     def __init__(
         self, response: HttpResponseBase, release: Callable[[], None], abandon: Callable[[], None]
     ) -> None:
         response._resource_closers.append(release)  # type: ignore[attr-defined]
-        self.release = release
-        self.cancelled = False
-        self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(response, abandon)
+        watchdog.releaser().start()  # here, not in the finalizer: starting a thread takes locks
+        self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(response, _collected, abandon, release)
         self._finalizer.atexit = False  # at exit, the process's leases go with it
-        held = _held.get()
-        if held is None:
-            held = []
-            _held.set(held)
-        held[:] = [entry for entry in held if not entry.cancelled]  # a thread may serve no request
-        held.append(self)
 
     def cancel(self) -> None:
         """The slots were given back another way: nothing to do when the response is collected."""
-        self.cancelled = True
         self._finalizer.detach()
-
-    @property
-    def dropped(self) -> bool:
-        """True once the response was collected without being closed."""
-        return not self.cancelled and not self._finalizer.alive
-
-
-def give_back_dropped(**kwargs: object) -> None:
-    """``request_finished``: give back the slots of this request's responses that were
-    dropped unclosed (the response that finished the request replaced them)."""
-    held = _held.get()
-    if not held:
-        return
-    for entry in list(held):
-        if entry.dropped:
-            try:
-                entry.release()
-            except Exception:  # a receiver that raises would break Django's close()
-                logger.exception("Could not give back the slots of a response dropped unclosed")
-        if entry.cancelled or entry.dropped:
-            held.remove(entry)
-
-
-request_finished.connect(give_back_dropped, dispatch_uid="django_semaphore.web.streaming")

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 import tracemalloc
+import weakref
 
 import pytest
 
@@ -177,3 +178,58 @@ def test_stopped_watches_do_not_pile_up_behind_a_long_lease():
         assert grown < 1_000_000
         assert dog.count() == 1
     assert long_lease.release() is True and short_lease.release() is True
+
+
+# -- the releaser: give-backs queued by finalizers ------------------------------------------------
+
+
+class _Dropped:
+    """Stands for a response: its finalizer queues a give-back, as web.streaming's does."""
+
+
+def test_a_give_back_queued_by_a_finalizer_runs_on_the_releaser_thread_at_once():
+    sem = Semaphore("wd-releaser", limit=1, timeout=30)
+    lease = sem.acquire()
+    ran_on = []
+
+    def give_back():
+        ran_on.append(threading.current_thread().name)
+        lease.release()
+
+    watchdog.releaser().start()
+    dropped = _Dropped()
+    weakref.finalize(dropped, watchdog.release_later, give_back)
+    del dropped  # collected now: the finalizer only queues
+    wait_until(lambda: lease.released, timeout=5, message="the give-back made")
+    assert ran_on == [watchdog.RELEASER_NAME] and sem.available() == 1
+    assert [t.name for t in threading.enumerate()].count(watchdog.RELEASER_NAME) == 1
+
+
+def test_a_give_back_that_raises_is_logged_and_the_next_one_runs(caplog):
+    watchdog.releaser().start()
+    done = threading.Event()
+
+    def broken():
+        raise RuntimeError("boom")
+
+    with caplog.at_level(logging.ERROR, logger="django_semaphore"):
+        watchdog.release_later(broken)
+        watchdog.release_later(done.set)
+        assert done.wait(5)
+    assert any("dropped unclosed" in r.getMessage() for r in caplog.records)
+
+
+def test_fork_child_starts_without_the_releaser_thread():
+    watchdog.releaser().start()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, repr(watchdog.releaser().thread is None).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    report = os.read(read, 100).decode()
+    os.close(read)
+    assert os.waitstatus_to_exitcode(status) == 0 and report == "True"

@@ -503,6 +503,11 @@ def test_tests_mirror_the_modules():
 #: jobs run on runtime/scheduler.py's thread; the lease watchdog is a Scheduler of its own.
 THREAD_STARTERS = {
     "runtime/scheduler.py": "the background scheduler: one daemon thread per Scheduler",
+    "engine/watchdog.py": (
+        "the releaser blocks on a SimpleQueue that garbage-collection finalizers put on (a dropped"
+        " response's give-back): waking a Scheduler takes a lock, which a finalizer must not, and a"
+        " release stalled on a dead connection must not make a renewal on the watchdog's late"
+    ),
     # contrib builds on the public API and the engine, as a third-party package would, and none
     # of its threads is a periodic job of the core:
     "contrib/celery/dispatcher.py": (

@@ -523,6 +523,34 @@ def test_disconnect_while_a_sync_view_runs_keeps_the_middlewares_slot_until_it_r
     assert freed < GIVEN_BACK_WITHIN
 
 
+def test_disconnect_while_a_sync_view_runs_gives_back_its_decorators_slot_when_it_returns(
+    uvicorn, settings, raw_redis, capsys
+):
+    """As the middleware's, for ``@semaphore`` on a sync view: Django drops the response
+    unclosed once the view returns in its thread, and nothing of the request's saw it;
+    the slot stayed taken until TIMEOUT (27 s after the view returned, TIMEOUT 30).
+    Now the response's finalizer queues the give-back for the watchdog's releaser."""
+    entry = {**WEB_SEMAPHORES["web-slow"], "TIMEOUT": LEAK_TIMEOUT}
+    settings.SEMAPHORES = {**WEB_SEMAPHORES, "web-slow": entry}
+    server = uvicorn(WEB_TIMEOUT=str(LEAK_TIMEOUT))
+    sem = semaphores["web-slow"]  # LIMIT 2
+    in_view = probe_keys("slow")[0]
+    get_then_leave(
+        server, "/web/slow/?sleep=3", lambda: int(raw_redis.get(in_view) or 0) == 1, "the view running"
+    )
+    while int(raw_redis.get(in_view) or 0) == 1:  # the view goes on in its thread
+        assert sem.available() == 1, "the slot was given back while the view still ran"
+        time.sleep(0.02)
+    left = time.monotonic()
+    wait_until(lambda: sem.available() == 2, timeout=LEAK_TIMEOUT + 10, interval=0.01, message="slot back")
+    freed = time.monotonic() - left
+    with capsys.disabled():
+        print(
+            f"\nsync view under @semaphore, disconnect: slot given back {freed:.2f}s after the view returned"
+        )
+    assert freed < GIVEN_BACK_WITHIN
+
+
 SWEEP_PAST_GRANT = 30  # disconnect points swept after every slot was granted
 SWEEP_AFTER_THE_END = 3  # ... and after the request had ended, so the response's tail is swept too
 

@@ -1,7 +1,7 @@
 """Holding a request's semaphores until its response is closed (django_semaphore.streaming):
 a streaming response holds its slot until the last byte; an unclosed one lets it expire."""
 
-import gc
+import threading
 import time
 
 import pytest
@@ -9,7 +9,8 @@ from asgiref.sync import async_to_sync
 from django.http import HttpResponse, StreamingHttpResponse
 from django.test import RequestFactory
 
-from django_semaphore import semaphore, semaphores
+from django_semaphore import semaphore, semaphores, signals
+from django_semaphore.engine import watchdog
 from tests.support.helpers import wait_until
 from tests.support.settings_web import MIDDLEWARE, WEB_SEMAPHORES
 from tests.support.views import gate_key
@@ -18,6 +19,18 @@ from tests.support.views import gate_key
 @pytest.fixture(autouse=True)
 def web_semaphores(settings):
     settings.SEMAPHORES = WEB_SEMAPHORES
+
+
+@pytest.fixture
+def released():
+    names = []
+
+    def receiver(sender, lease, held, **kwargs):
+        names.append((lease.name, held))
+
+    signals.released.connect(receiver)
+    yield names
+    signals.released.disconnect(receiver)
 
 
 def test_streaming_response_holds_the_slot_until_closed(client, raw_redis):
@@ -78,22 +91,44 @@ def test_an_async_view_under_wsgi_keeps_renewing_while_its_stream_is_sent():
     assert captured[0].released and not captured[0].lost
 
 
-def test_unclosed_response_stops_renewing_when_collected():
-    """A response dropped without close() (a view called directly) lets its slot expire."""
+def test_an_unclosed_response_gives_back_its_slot_when_collected():
+    """A response dropped without close() (a view called directly; under ASGI, a sync view
+    whose client went away) gives its slot back once collected, from the watchdog's
+    releaser thread: before, its renewals stopped and the slot expired after TIMEOUT."""
     captured = []
 
-    @semaphore("web-short")  # TIMEOUT 1 s, AUTO_REFRESH on
+    @semaphore("web-one")  # TIMEOUT 5 s (WEB_TIMEOUT), AUTO_REFRESH on
     def view(request):
-        captured.append(request.semaphore_leases["web-short"])
+        captured.append(request.semaphore_leases["web-one"])
         return HttpResponse("ok")
 
     response = view(RequestFactory().get("/"))
     assert response.status_code == 200
-    del response
-    gc.collect()
-    sem = semaphores["web-short"]
-    wait_until(lambda: sem.available() == 1, timeout=15, message="abandoned lease expired")
-    assert not captured[0].released
+    sem = semaphores["web-one"]
+    assert sem.available() == 0
+    del response  # no cycle: collected now, in this thread
+    wait_until(lambda: captured[0].released, timeout=4, message="the slot given back, before TIMEOUT")
+    assert sem.available() == 1 and not captured[0].lost
+
+
+def test_a_give_back_queued_and_a_close_at_once_release_once(released):
+    """The finalizer's give-back (on the releaser thread) and a close (or the end of the
+    request's task) may come together: one release, one ``released`` signal."""
+
+    @semaphore("web-one")
+    def view(request):
+        return HttpResponse("ok")
+
+    for _ in range(20):
+        response = view(RequestFactory().get("/"))
+        (release,) = response._resource_closers
+        watchdog.release_later(release)  # as the finalizer does, while ...
+        response.close()  # ... the server closes it
+        done = threading.Event()
+        watchdog.release_later(done.set)  # the releaser runs what it is given in order
+        assert done.wait(10)
+        assert semaphores["web-one"].available() == 1
+    assert released == [("web-one", True)] * 20
 
 
 def _etag_view(request):
