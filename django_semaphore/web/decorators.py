@@ -137,7 +137,7 @@ def semaphore(
     raises ImproperlyConfigured here, as the view's module is imported, with
     system check E027's message; one its SEMAPHORES entry refuses (no such
     entry, ``permits`` above LIMIT, a dotted path that does not import) is
-    E027's, and ImproperlyConfigured at the view's requests.
+    reported by E027 (``manage.py check``, runserver, the test runner).
 
     A refused request gets the SEMAPHORE_REJECT_VIEW response (429 with
     Retry-After by default); when Redis is unreachable, a 503, or the view runs
