@@ -62,7 +62,7 @@ CACHED_NAME_LENGTH = 200  # longer semaphore names (ad hoc ones come from runtim
 TIMEOUTS = "t"  # ZSET identifier -> expiry ms (server time; client time for the seed variants)
 OWNERS = "o"  # ZSET identifier -> fair counter value (the token); TOTAL: the ready ZSET
 HOLDS = "h"  # HASH identifier -> "token:acquired_ms:meta json"; field "#" = counter;
-#              "@" + identifier -> its slot numbers, "3,5" ("lua")
+#              "@" + identifier -> its slot numbers, "3,5" or runs "0-9999,10002" ("lua")
 QUEUE = "q"  # ZSET "ticket:permits:identifier" -> -priority (serving order: priority, then ticket)
 QUEUE_DEADLINES = "d"  # ZSET the same members -> ticket expiry (ms)
 LOCK = "l"  # STRING the fair_locked variant's lock

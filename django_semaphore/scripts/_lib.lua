@@ -9,7 +9,7 @@
 -- KEYS[3] holds HASH: id -> "token:acquired_ms:meta" (the holder's record),
 --         "*" .. id -> the holder's permits, when more than one ("m" .. n:
 --                its permits beyond the first are timeouts members),
---         "@" .. id -> the holder's slot numbers "3,5" (SLOTS only),
+--         "@" .. id -> the holder's slot numbers "3,5", or runs "0-9999,10002" (SLOTS only),
 --         "#" -> the fair counter (absent: the HASH was just (re)created),
 --         "+" -> the permits beyond the first of the holders of more than
 --                MEMBERS_MAX (permits held = ZCARD of the timeouts ZSET + this),
@@ -119,9 +119,126 @@ local function push_grant(key, grant, ttl)
   end
 end
 
--- Give the slots "3,5" back to the bitmap, which exists.
+-- Slot numbers taken or given back in one go rather than a SETBIT each, from
+-- this many on: the bitmap's bytes are read (GETRANGE), changed in Lua and
+-- written back (SETRANGE), a few calls for any number of slots. Their stored
+-- form then names runs of consecutive numbers by their ends ("0-9999,10002"),
+-- so that neither its length nor its parsing grows with the permits.
+local SLOTS_BULK = 8
+
+-- Bit n of the bitmap is the bit 128 >> n % 8 of byte n // 8, as SETBIT counts.
+-- Clear bits `a` to `b` in `t` (the bitmap's byte values from byte `first` on).
+local function clear_run(t, first, a, b)
+  local function clear(n)
+    local i = math.floor(n / 8) - first + 1
+    if t[i] then t[i] = bit.band(t[i], bit.bnot(bit.rshift(128, n % 8))) end
+  end
+  local whole_from, whole_to = math.ceil(a / 8), math.floor((b + 1) / 8) - 1
+  if whole_from > whole_to then
+    for n = a, b do clear(n) end
+    return
+  end
+  for n = a, whole_from * 8 - 1 do clear(n) end
+  for i = whole_from - first + 1, math.min(whole_to - first + 1, #t) do t[i] = 0 end
+  for n = (whole_to + 1) * 8, b do clear(n) end
+end
+
+-- Give the slots "3,5" (or "0-9999,10002": runs) back to the bitmap, which exists.
 local function free_slots(slots)
-  for pos in string.gmatch(slots, '%d+') do redis.call('SETBIT', KEYS[7], pos, 0) end
+  local runs, count, lo, hi = {}, 0, math.huge, -1
+  for a, b in string.gmatch(slots, '(%d+)%-?(%d*)') do
+    a = tonumber(a)
+    b = tonumber(b) or a
+    runs[#runs + 1] = {a, b}
+    count = count + b - a + 1
+    if a < lo then lo = a end
+    if b > hi then hi = b end
+  end
+  if #runs == 0 then return end
+  local first, last = math.floor(lo / 8), math.floor(hi / 8)
+  if count < SLOTS_BULK or last - first + 1 > 4 * count then
+    for _, run in ipairs(runs) do
+      for n = run[1], run[2] do redis.call('SETBIT', KEYS[7], n, 0) end
+    end
+    return
+  end
+  local bytes = redis.call('GETRANGE', KEYS[7], first, last)
+  local t, chars = {}, {}
+  for i = 1, #bytes, 4096 do  -- (unpack's stack: 4096 at a time)
+    local j = math.min(i + 4095, #bytes)
+    local part = {string.byte(bytes, i, j)}
+    for k = 1, #part do t[i + k - 1] = part[k] end
+  end
+  for _, run in ipairs(runs) do clear_run(t, first, run[1], run[2]) end
+  for i = 1, #t, 4096 do chars[#chars + 1] = string.char(unpack(t, i, math.min(i + 4095, #t))) end
+  redis.call('SETRANGE', KEYS[7], first, table.concat(chars))
+end
+
+-- Take the `permits` lowest free slot numbers in the bitmap (created if
+-- missing); they are returned in their stored form ("3,5", or runs).
+local function take_slots(permits)
+  local pos = redis.call('BITPOS', KEYS[7], 0)
+  if permits < SLOTS_BULK then
+    -- BITPOS from the byte of the last slot taken: O(LIMIT / 64) in all.
+    redis.call('SETBIT', KEYS[7], pos, 1)
+    if permits == 1 then return tostring(pos) end
+    local list = {pos}
+    for i = 2, permits do
+      pos = redis.call('BITPOS', KEYS[7], 0, math.floor(pos / 8))
+      redis.call('SETBIT', KEYS[7], pos, 1)
+      list[i] = pos
+    end
+    return table.concat(list, ',')
+  end
+  -- The bytes from the first free slot's on, read a chunk at a time until
+  -- enough free bits are found or the string ends (every bit past its end is
+  -- free), then written back at once.
+  local start = math.floor(pos / 8)
+  local at, chunk = start, math.max(64, math.ceil(permits / 8) + 1)
+  local runs, n, written = {}, 0, {}
+  local function add(a, b)  -- numbers a..b taken
+    local last = runs[#runs]
+    if last and last[2] == a - 1 then last[2] = b else runs[#runs + 1] = {a, b} end
+    n = n + b - a + 1
+  end
+  while n < permits do
+    local bytes = redis.call('GETRANGE', KEYS[7], at, at + chunk - 1)
+    for i = 1, #bytes do
+      local b = string.byte(bytes, i)
+      local base = (at + i - 1) * 8
+      if b == 0 and permits - n >= 8 then
+        add(base, base + 7)
+        b = 255
+      elseif b ~= 255 then
+        for k = 0, 7 do
+          local mask = bit.rshift(128, k)
+          if bit.band(b, mask) == 0 then
+            add(base + k, base + k)
+            b = bit.bor(b, mask)
+            if n == permits then break end
+          end
+        end
+      end
+      written[#written + 1] = string.char(b)
+      if n == permits then break end
+    end
+    at = at + #bytes
+    if #bytes < chunk then break end
+  end
+  if n < permits then
+    -- Past the string's end: one run, whole bytes of ones and the first bits
+    -- of one more.
+    local more = permits - n
+    add(at * 8, at * 8 + more - 1)
+    written[#written + 1] = string.rep(string.char(255), math.floor(more / 8))
+    if more % 8 > 0 then written[#written + 1] = string.char(256 - 2 ^ (8 - more % 8)) end
+  end
+  redis.call('SETRANGE', KEYS[7], start, table.concat(written))
+  local parts = {}
+  for i, run in ipairs(runs) do
+    parts[i] = run[1] == run[2] and tostring(run[1]) or run[1] .. '-' .. run[2]
+  end
+  return table.concat(parts, ',')
 end
 
 -- A holder's permits from its "*" field (absent: one; "m3": three, two of
@@ -285,23 +402,9 @@ local function hold(st, id, permits, expires, lease, meta)
   if st.numbered then
     -- The lowest free slot numbers: below the limit in force, since fewer
     -- than `limit` permits are held (slots of holders above a lowered limit
-    -- stay theirs). BITPOS from the byte of the last slot taken: O(LIMIT / 64)
-    -- in all. (SETBIT per slot: cheaper than one BITFIELD for a few.)
+    -- stay theirs).
     new_bitmap = redis.call('EXISTS', KEYS[7]) == 0
-    local pos = redis.call('BITPOS', KEYS[7], 0)
-    redis.call('SETBIT', KEYS[7], pos, 1)
-    taken = tostring(pos)
-    if permits > 1 then
-      -- Joined once at the end: appending to a string per permit is quadratic
-      -- (16,000 permits took 1.9 s of the server's time).
-      local list = {taken}
-      for i = 2, permits do
-        pos = redis.call('BITPOS', KEYS[7], 0, math.floor(pos / 8))
-        redis.call('SETBIT', KEYS[7], pos, 1)
-        list[i] = pos
-      end
-      taken = table.concat(list, ',')
-    end
+    taken = take_slots(permits)
   end
   -- The fair counter: the next token is the larger of the last token + 1
   -- and the server time in microseconds. Tokens keep increasing across idle

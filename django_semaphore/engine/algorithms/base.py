@@ -216,9 +216,19 @@ def as_int(value: Any) -> int:
 
 
 def parse_slots(value: Any) -> tuple[int, ...]:
-    """Slot numbers from their stored form, ``"3,5"`` (``""``: none)."""
+    """Slot numbers from their stored form, ``"3,5"``, where a run of consecutive
+    numbers may be given by its ends (``"0-9999,10002"``, for weighted holders); ``""``: none."""
     text = as_str(value) if value is not None else ""
-    return tuple(int(part) for part in text.split(",") if part.isdigit())
+    numbers: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit():
+            continue
+        if dash and high.isdigit():
+            numbers.extend(range(int(low), int(high) + 1))
+        else:
+            numbers.append(int(low))
+    return tuple(numbers)
 
 
 def record(token: int, acquired_ms: int, meta_json: str) -> str:

@@ -21,6 +21,8 @@ import uuid
 
 import pytest
 import redis
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from django_semaphore import Semaphore, SemaphoreFull, semaphores
 from django_semaphore.backend import connection
@@ -30,7 +32,14 @@ from django_semaphore.engine import waiting
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest, Granted, Refused
 from django_semaphore.engine.inspection import holders, purge, status
 from django_semaphore.engine.waiting import TICKET_MS
-from tests.support.helpers import count_round_trips, expire_now, queue_waiters, server_ms, wait_until
+from tests.support.helpers import (
+    count_round_trips,
+    expire_now,
+    queue_waiters,
+    run_model,
+    server_ms,
+    wait_until,
+)
 from tests.support.settings_web import WEB_SEMAPHORES
 
 LUA = ALGORITHMS["lua"]
@@ -841,3 +850,80 @@ def test_a_release_that_grants_a_waiter_keeps_the_timeouts_zset_and_its_ttl(raw_
     assert run(client, LUA.refresh(keys, 30000, "w")) is not None
     assert run(client, LUA.release(keys, 1, "w")) is True
     assert raw_redis.exists(keys.timeouts) == 0  # the last holder gone: the ZSET with it
+
+
+# -- slot numbers (SLOTS) in bulk -----------------------------------------------------------
+
+SLOTS_LIMIT = 400
+
+
+class SlotNumbers(RuleBasedStateMachine):
+    """Holders of 1 to SLOTS_LIMIT permits come and go; each gets the lowest free slot numbers,
+    and a release (or the purge of an expired holder) gives exactly its own back."""
+
+    raw = None  # a plain client, set by the test
+
+    def __init__(self):
+        super().__init__()
+        self.sem = Semaphore(f"slots-{uuid.uuid4().hex[:8]}", limit=SLOTS_LIMIT, timeout=60, slots=True)
+        self.held = []  # leases
+        self.free = set(range(SLOTS_LIMIT))
+
+    @rule(permits=st.one_of(st.integers(1, 12), st.integers(1, SLOTS_LIMIT)))
+    def acquire(self, permits):
+        lease = self.sem.acquire(permits=permits)
+        if permits > len(self.free):
+            assert lease is None
+            return
+        assert lease is not None and lease.slots == tuple(sorted(self.free)[:permits]), (permits, lease.slots)
+        self.free -= set(lease.slots)
+        self.held.append(lease)
+
+    @rule(index=st.integers(0, 100), expire=st.booleans())
+    def give_back(self, index, expire):
+        if not self.held:
+            return
+        lease = self.held.pop(index % len(self.held))
+        if expire:  # its entry runs out, and a purge gives its slots back
+            keys = self.sem.partition()
+            expire_now(self.raw, keys.timeouts, lease.identifier)
+            assert self.sem.purge_expired() == 1
+        else:
+            assert lease.release()
+        self.free |= set(lease.slots)
+
+    @invariant()
+    def the_bitmap_and_the_holders_agree(self):
+        keys = self.sem.partition()
+        taken = set(range(SLOTS_LIMIT)) - self.free
+        assert self.raw.bitcount(keys.slots) == len(taken)
+        assert {h.identifier: h.slots for h in self.sem.holders()} == {
+            lease.identifier: lease.slots for lease in self.held
+        }
+
+    def teardown(self):
+        for lease in self.held:
+            lease.release()
+
+
+def test_slot_numbers_taken_and_given_back_in_bulk_match_the_model(raw_redis):
+    # Weighted holders took a BITPOS and a SETBIT per slot (10,000 permits: 26 ms of the
+    # server's time, 1,000,000: 4.7 s) and gave them back with a SETBIT each.
+    SlotNumbers.raw = raw_redis
+    run_model(SlotNumbers, 40, steps=25)
+
+
+def test_a_weighted_holder_stores_its_slot_numbers_as_runs(raw_redis):
+    sem = Semaphore("slot-runs", limit=1_000_000, timeout=60, slots=True)
+    small = sem.acquire(permits=3)
+    assert small.slots == (0, 1, 2)
+    gap = sem.acquire(permits=2)
+    small.release()  # 0, 1, 2 free again; 3, 4 held
+    big = sem.acquire(permits=999_990)
+    assert big.slots == (0, 1, 2, *range(5, 999_992))
+    keys = sem.partition()
+    assert raw_redis.hget(keys.holds, "@" + big.identifier) == b"0-2,5-999991"  # not a million numbers
+    assert raw_redis.bitcount(keys.slots) == 999_992
+    assert big.release()
+    assert raw_redis.bitcount(keys.slots) == 2 and gap.slots == (3, 4)
+    assert gap.release() and raw_redis.bitcount(keys.slots) == 0
