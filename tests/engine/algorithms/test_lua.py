@@ -833,7 +833,7 @@ def _script_commands(raw_redis, redis_url, call):
 def test_a_release_that_grants_a_waiter_keeps_the_timeouts_zset_and_its_ttl(raw_redis, redis_url):
     # The last holder's entry was removed before the grant: the timeouts ZSET was deleted,
     # and the claim entry created it again without a TTL, which cost a PEXPIREAT more
-    # (about 12,000 of a hand-over's 736,000 server instructions).
+    # (8,000 of a hand-over's 736,000 server instructions).
     keys = Semaphore("handover-ttl", limit=1, timeout=30).partition()
     client = connection.get_client()
     holder = run(client, LUA.acquire(keys, 1, AcquireRequest("h", "{}", 30000)))
