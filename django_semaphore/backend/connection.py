@@ -294,6 +294,12 @@ def is_cluster(client: Any) -> bool:
     return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
 
 
+def follows_sentinel(client: Any) -> bool:
+    """Whether ``client`` asks Redis Sentinel for its primary at each new connection (a
+    django-redis Sentinel alias's, sync or asyncio): a failover moves it to the new one."""
+    return getattr(getattr(client, "connection_pool", None), "sentinel_manager", None) is not None
+
+
 def server_name(client: Any) -> str:
     """A short description of the server a client talks to, for error messages."""
     try:

@@ -360,11 +360,21 @@ async def aexecute(client: Client, request: Request) -> Any:
 
 
 def run(client: Client, operation: Operation[T]) -> T:
-    """Drive an operation generator on a sync client; return its result."""
+    """Drive an operation generator on a sync client; return its result.
+
+    A Redis failure is thrown into the operation at the ``yield`` of the request that
+    failed: one that catches it goes on (a waiter riding out a Sentinel failover,
+    :mod:`~django_semaphore.engine.waiting`), one that does not fails the call with a
+    :class:`~django_semaphore.SemaphoreBackendError`."""
     try:
         request = next(operation)
         while True:
-            request = operation.send(execute(client, request))
+            try:
+                reply = execute(client, request)
+            except REDIS_ERRORS as exc:
+                request = operation.throw(exc)
+            else:
+                request = operation.send(reply)
     except StopIteration as done:
         result: T = done.value
         return result
@@ -389,13 +399,20 @@ async def arun(client: Client, operation: Operation[T]) -> T:
     cancel requests survives that, so a count that grew during this call
     means a cancel arrived and was not delivered. Clean-up run by a task
     already cancelled before the call (releasing its slot) is not affected.
+    A Redis failure is thrown into the operation, as by :func:`run`.
     """
     cancelling = _cancel_counter()
     before = cancelling()
     try:
         request = next(operation)
         while True:
-            reply = await aexecute(client, request)
+            try:
+                reply = await aexecute(client, request)
+            except ASYNC_ERRORS as exc:
+                if cancelling() > before:
+                    raise asyncio.CancelledError from exc
+                request = operation.throw(exc)  # as in run()
+                continue
             if cancelling() > before:
                 raise asyncio.CancelledError
             request = operation.send(reply)

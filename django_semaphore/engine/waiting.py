@@ -27,6 +27,19 @@ seconds); a crashed waiter's ticket expires after ``TICKET_MS`` at the latest.
 A waiter that was dropped while it was only slow (stopped, swapped out) comes
 back to its place in the queue: it passes the ticket number it was given.
 
+A waiter on a Sentinel primary rides out a failover: a request that fails
+(the connection dropped by the old primary, its BLPOP unblocked, a write it
+refuses as a replica now, a timeout while no primary answers) is sent again
+after a short pause (:data:`RECONNECT_PAUSE`, doubling up to
+:data:`HEARTBEAT`), on a connection the pool opens to the primary the
+sentinels name, until the waiter's deadline; only a failure then is the
+caller's :class:`~django_semaphore.SemaphoreBackendError`.  Its acquire is
+idempotent (its identifier): a grant that reached the new primary is found
+again, not made twice.  It keeps its ticket number, so if replication had
+not carried its queue entry to the new primary, it comes back to its place.
+Elsewhere (one server, a cluster) a failure ends the wait at once, as any
+call does.
+
 Algorithms without a queue (the Redis in Action variants) wait by polling.
 """
 
@@ -35,9 +48,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..backend.connection import socket_timeout
+from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    ConnectionError,
+    MasterDownError,
+    MaxConnectionsError,
+    ReadOnlyError,
+    ResponseError,
+    TimeoutError,
+)
+
+from ..backend.connection import follows_sentinel, socket_timeout
 from ..backend.keys import PartitionKeys
-from ..backend.scripting import Client, Command, Operation, Sleep
+from ..backend.scripting import ASYNC_ERRORS, Client, Command, Operation, Sleep
 from .algorithms import AcquireRequest, Algorithm, Granted, Outcome, Refused
 
 HEARTBEAT = 1.0  # seconds: longest BLPOP before a waiter renews its ticket
@@ -47,6 +71,28 @@ POLL = 0.05  # seconds between attempts for algorithms without a queue
 #: Seconds: the shortest BLPOP a waiter sends.  BLPOP 0 blocks forever, and Redis 6.2
 #: truncates a timeout to whole milliseconds (7.0 rounds it up): 0.001 s became 0 there.
 MIN_BLOCK = 0.002
+#: Seconds a waiter on a Sentinel primary pauses after a failed request before it sends
+#: it again; doubled after each failure in a row, up to HEARTBEAT.
+RECONNECT_PAUSE = 0.05
+
+# What a failover does to a waiter's requests: its connection dropped (the old primary
+# kills its clients), a timeout while no primary answers, a write the demoted primary
+# refuses, a blocked BLPOP unblocked by the role change ("UNBLOCKED ..."), a replica
+# still loading.  Not a configuration that would fail the same way every time.
+_FAILOVER_ERRORS = (ConnectionError, TimeoutError, OSError, ReadOnlyError, MasterDownError)
+_NOT_FAILOVER = (AuthenticationError, AuthorizationError, MaxConnectionsError)
+_FAILOVER_REPLIES = ("UNBLOCKED", "READONLY", "MASTERDOWN", "LOADING")
+
+
+def _rides_out(client: Client, exc: BaseException) -> bool:
+    """Whether a waiter on ``client`` goes on waiting after its request failed with ``exc``:
+    only on a Sentinel primary, and only for what a failover does to a request."""
+    if not follows_sentinel(client) or isinstance(exc, _NOT_FAILOVER):
+        return False
+    if isinstance(exc, _FAILOVER_ERRORS):
+        return True
+    # Redis 6.2 wraps a script's READONLY in its own error ("ERR Error running script ...").
+    return isinstance(exc, ResponseError) and any(reply in str(exc) for reply in _FAILOVER_REPLIES)
 
 
 def _block_for(client: Client, remaining: float, outcome: Refused, limit: int) -> float:
@@ -96,37 +142,47 @@ def wait_ops(
     deadline = time.monotonic() + request.wait
     timeout_ms, identifier = request.timeout_ms, request.identifier
     ticket = ""  # our place in the queue, once we have one
+    pause = RECONNECT_PAUSE  # after a failed request on a Sentinel primary
     while True:
-        limit = limit_of()
-        outcome = yield from algorithm.acquire(keys, limit, request, ticket)
-        if isinstance(outcome, Granted):
-            outcome.ticket = ticket
-            if ticket and outcome.expires_ms - outcome.acquired_ms != timeout_ms:
-                # Granted by a release while it looked away: a claim lease to make its own.
-                claimed = yield from _claim(algorithm, keys, timeout_ms, identifier, outcome)
-                if claimed is not None:
-                    return claimed
-                continue  # too late: back to its place in the queue
-            return outcome
-        if outcome.queue_full:  # not queued: nothing to abandon
-            return outcome
-        ticket = outcome.ticket or ticket
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        if on_queued is not None:
-            on_queued()
-            on_queued = None
-        if algorithm.queues:
-            timeout = _block_for(client, remaining, outcome, limit)
-            woken = yield Command(("BLPOP", keys.wake(identifier), timeout), unparsed=True)
-            granted = algorithm.grant_from(woken[1], request.permits, request.slots) if woken else None
-            if granted is not None:  # a release granted it the permits (direct grant)
-                granted.ticket = ticket
-                claimed = yield from _claim(algorithm, keys, timeout_ms, identifier, granted)
-                if claimed is not None:
-                    return claimed
-        else:
-            yield Sleep(max(MIN_BLOCK, min(remaining, POLL, outcome.retry_after_ms / 1000.0)))
+        try:
+            limit = limit_of()
+            outcome = yield from algorithm.acquire(keys, limit, request, ticket)
+            pause = RECONNECT_PAUSE
+            if isinstance(outcome, Granted):
+                outcome.ticket = ticket
+                if ticket and outcome.expires_ms - outcome.acquired_ms != timeout_ms:
+                    # Granted by a release while it looked away: a claim lease to make its own.
+                    claimed = yield from _claim(algorithm, keys, timeout_ms, identifier, outcome)
+                    if claimed is not None:
+                        return claimed
+                    continue  # too late: back to its place in the queue
+                return outcome
+            if outcome.queue_full:  # not queued: nothing to abandon
+                return outcome
+            ticket = outcome.ticket or ticket
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if on_queued is not None:
+                on_queued()
+                on_queued = None
+            if algorithm.queues:
+                timeout = _block_for(client, remaining, outcome, limit)
+                woken = yield Command(("BLPOP", keys.wake(identifier), timeout), unparsed=True)
+                granted = algorithm.grant_from(woken[1], request.permits, request.slots) if woken else None
+                if granted is not None:  # a release granted it the permits (direct grant)
+                    granted.ticket = ticket
+                    claimed = yield from _claim(algorithm, keys, timeout_ms, identifier, granted)
+                    if claimed is not None:
+                        return claimed
+            else:
+                yield Sleep(max(MIN_BLOCK, min(remaining, POLL, outcome.retry_after_ms / 1000.0)))
+        except ASYNC_ERRORS as exc:  # thrown in by the driver: a request failed
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not _rides_out(client, exc):
+                raise
+            # A failover: the same acquire again, with its ticket, once the pause is over.
+            yield Sleep(min(pause, remaining))
+            pause = min(pause * 2, HEARTBEAT)
     yield from algorithm.abandon(keys, limit_of(), identifier)  # a no-op without a queue
     return outcome

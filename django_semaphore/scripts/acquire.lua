@@ -289,8 +289,12 @@ if ticket > 0 then
   end
   local fields = {}
   if not member then
-    -- Tickets are numbered by server time in microseconds: arrival order.
-    number = string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
+    -- Tickets are numbered by server time in microseconds: arrival order.  A
+    -- waiter that comes back to an empty queue (dropped with every other, or
+    -- on a new primary after a failover) keeps its number: the waiters queued
+    -- after it that come back too stay behind it.
+    number = (ARGV[6] and ARGV[6] ~= '') and ARGV[6]
+      or string.format('%.0f', tonumber(clock[1]) * 1000000 + tonumber(clock[2]))
     member = number .. ':' .. permits .. ':' .. id
     redis.call('ZADD', KEYS[4], -priority, member)
     -- "@": whether a direct grant gives it slot numbers (SLOTS).

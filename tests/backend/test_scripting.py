@@ -225,3 +225,68 @@ def test_a_flow_returns_its_result():
         return value + 1
 
     assert drive(None, flow()) == 2
+
+
+# -- a Redis error is thrown into the operation -------------------------------------------------
+
+
+def _catching(key, caught):
+    """An operation that catches the error of its first request and goes on with a second."""
+    try:
+        yield Command(("INCR", key))  # the key holds no integer: Redis answers an error
+    except redis.ResponseError as exc:
+        caught.append(exc)
+    return (yield Command(("GET", key)))
+
+
+def _not_catching(key, after):
+    yield Command(("INCR", key))
+    after.append("went on")  # never: the error is not caught here
+
+
+def test_run_throws_a_redis_error_into_the_operation(raw_redis, key_prefix, failures_seen):
+    # What lets a waiter ride out a Sentinel failover (engine/waiting.py): before, the
+    # driver dropped the operation at the failed request and raised at once.
+    from django_semaphore.backend.connection import get_client
+    from django_semaphore.backend.scripting import run
+
+    key = f"{key_prefix}:not-a-number"
+    raw_redis.set(key, "x")
+    caught = []
+    assert run(get_client(), _catching(key, caught)) == b"x"
+    assert [type(e) for e in caught] == [redis.ResponseError]
+    assert failures_seen == []  # caught: no failure of the call
+    after = []
+    with pytest.raises(SemaphoreBackendError, match="ResponseError"):
+        run(get_client(), _not_catching(key, after))
+    assert after == [] and len(failures_seen) == 1
+
+
+@pytest.mark.asyncio
+async def test_arun_throws_a_redis_error_into_the_operation(raw_redis, key_prefix, failures_seen):
+    from django_semaphore.backend.connection import get_async_client
+    from django_semaphore.backend.scripting import arun
+
+    key = f"{key_prefix}:not-a-number"
+    raw_redis.set(key, "x")
+    caught = []
+    assert await arun(get_async_client(), _catching(key, caught)) == b"x"
+    assert [type(e) for e in caught] == [redis.ResponseError]
+    assert failures_seen == []
+    after = []
+    with pytest.raises(SemaphoreBackendError, match="ResponseError"):
+        await arun(get_async_client(), _not_catching(key, after))
+    assert after == [] and len(failures_seen) == 1
+
+
+@pytest.fixture
+def failures_seen():
+    """Every backend_failed sent during the test (Redis reachable)."""
+    sent = []
+
+    def failed(sender, **kwargs):
+        sent.append(kwargs["error"])
+
+    signals.backend_failed.connect(failed, weak=False)
+    yield sent
+    signals.backend_failed.disconnect(failed)

@@ -180,6 +180,69 @@ def test_a_stalled_waiter_keeps_its_place_in_the_queue(subprocess_env):
         _stop(stalled)
 
 
+def test_stalled_waiters_that_come_back_to_an_empty_queue_keep_their_order(subprocess_env):
+    # Both waiters stopped past their tickets: the queue empties. What a Sentinel failover
+    # does too (the new primary's copy of the queue expired while the waiters renewed
+    # their tickets on the old one, or replication never carried it).  The first to come
+    # back found nobody queued and took a new number, behind the second's old one: the
+    # second, queued after it, was served first.
+    sem = Semaphore("stalled-both", limit=1, timeout=30)
+    holder = sem.acquire()
+    assert holder.refresh()  # every script cached, as in test_a_stalled_waiter_keeps_its_place_in_the_queue
+    first = _waiter(subprocess_env, "stalled-both", "first")
+    second = _waiter(subprocess_env, "stalled-both", "second")
+    try:
+        _queue(first, sem, 1)
+        _queue(second, sem, 2)
+        first.send_signal(signal.SIGSTOP)
+        second.send_signal(signal.SIGSTOP)
+        wait_until(lambda: sem.status().waiting == 0, message="both stalled waiters dropped")
+        first.send_signal(signal.SIGCONT)
+        wait_until(lambda: sem.status().waiting == 1, message="the first back in the queue")
+        second.send_signal(signal.SIGCONT)
+        wait_until(lambda: sem.status().waiting == 2, message="the second back in the queue")
+        assert holder.release() is True
+        holders = wait_until(sem.holders, message="the slot taken again")
+        assert [h.meta["w"] for h in holders] == ["first"]  # before the fix: "second"
+        assert json.loads(first.stdout.readline()) == {"granted": True}
+        first.stdin.write("release\n")
+        first.stdin.flush()
+        assert first.wait(10) == 0
+        assert json.loads(second.stdout.readline()) == {"granted": True}
+        second.stdin.write("release\n")
+        second.stdin.flush()
+        assert second.wait(10) == 0
+    finally:
+        _stop(first)
+        _stop(second)
+
+
+def test_a_waiter_on_one_server_fails_at_once_when_the_server_goes(own_redis):
+    # Only a waiter on a Sentinel primary rides out a failed request (system/test_sentinel.py:
+    # test_a_waiter_keeps_its_place_through_a_failover): on one server, no other primary
+    # can take over, and the caller hears of the failure at once, not when its WAIT ends.
+    from django_semaphore import SemaphoreBackendError
+
+    sem = Semaphore("server-goes", limit=1, timeout=30)
+    holder = sem.acquire()
+    outcome = {}
+
+    def wait():
+        try:
+            outcome["lease"] = sem.acquire(wait=60)
+        except SemaphoreBackendError as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    wait_until(lambda: sem.status().waiting == 1, message="the waiter queued")
+    own_redis.stop()
+    thread.join(20)  # far less than its WAIT
+    assert not thread.is_alive(), "still waiting"
+    assert "error" in outcome, outcome
+    assert holder is not None
+
+
 # -- the queue, on a single server and on a Redis Cluster -----------------------------
 # (tests/support/fixtures_redis.py); the tests above talk to the single server directly.
 

@@ -24,6 +24,7 @@ import redis
 from django_semaphore import Semaphore, SemaphoreBackendError, signals
 from django_semaphore.backend import connection
 from tests.support.fixtures_redis import sentinel_service
+from tests.support.helpers import wait_until
 from tests.support.servers import RedisSentinelServers
 
 LIMIT = 3
@@ -254,3 +255,72 @@ def test_async_client_follows_failover(sentinel_alias):
     asyncio.run(main())
     new = sentinel_alias.master_address()
     assert redis.Redis(port=new[1]).info("replication")["role"] == "master"
+
+
+class _Waiter:
+    """A caller of ``sem.acquire(wait=...)`` (or of ``aacquire`` in an event loop of its own)
+    in a thread: what it got, a lease or the SemaphoreBackendError."""
+
+    def __init__(self, sem, flavour, wait):
+        self.outcome = {}
+
+        def run():
+            try:
+                if flavour == "sync":
+                    self.outcome["lease"] = sem.acquire(wait=wait)
+                else:
+                    self.outcome["lease"] = asyncio.run(sem.aacquire(wait=wait))
+            except SemaphoreBackendError as exc:
+                self.outcome["error"] = exc
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def result(self, timeout):
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "still waiting"
+        assert "error" not in self.outcome, self.outcome["error"]
+        return self.outcome["lease"]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_waiter_keeps_its_place_through_a_failover(sentinel_alias, flavour):
+    """Two callers queue on a held semaphore; the primary fails over while they wait.
+
+    The failover drops their connections (a blocked BLPOP included): they reconnect to the
+    new primary and wait on, within their WAIT.  Replication may not have carried the
+    first one's queue entry (here it is deleted from the new primary to make sure): it
+    comes back to its place, ahead of the second, and is served first."""
+    sem = Semaphore("sentinel-waiters", limit=1, timeout=60)
+    keys = sem.partition()
+    holder = sem.acquire()
+    old = redis.Redis(port=sentinel_alias.primary.port)
+    first = _Waiter(sem, flavour, wait=40)
+    [member] = wait_until(lambda: old.zrange(keys.queue, 0, -1), message="the first waiter queued")
+    second = _Waiter(sem, flavour, wait=40)
+    wait_until(lambda: old.zcard(keys.queue) == 2, message="the second waiter queued")
+
+    new = redis.Redis(port=sentinel_alias.failover()[1])
+    # The first waiter's entry as if replication had not carried it.
+    identifier = member.decode().split(":", 2)[2]
+    new.zrem(keys.queue, member)
+    new.zrem(keys.queue_deadlines, member)
+    new.hdel(keys.waiters, identifier, "@" + identifier)
+    # It comes back with its ticket: the same member, ahead of the second.
+    wait_until(
+        lambda: new.zrange(keys.queue, 0, -1)[:1] == [member] and new.zcard(keys.queue) == 2,
+        message="the first waiter back at its place on the new primary",
+    )
+    assert first.thread.is_alive() and second.thread.is_alive()  # waiting on, neither failed
+
+    holder.release()  # True, or False if the failover lost the holder's lease: the slot is free either way
+    lease = first.result(30)
+    assert lease is not None
+    assert [h.identifier for h in sem.holders()] == [lease.identifier]  # one holder: no double grant
+    assert second.thread.is_alive()
+    assert lease.release()
+    other = second.result(30)
+    assert other is not None and other.release()
+    assert _port_of(connection.get_client()) == new.connection_pool.connection_kwargs["port"]
+    old.close()
+    new.close()
