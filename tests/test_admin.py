@@ -1116,3 +1116,44 @@ def test_purge_expired_on_a_total_name(client, changer, settings, raw_redis):
     response = client.post(LIST_URL + "quick/purge/", follow=True)
     assert "Removed 3 expired entries from “quick”." in response.content.decode()
     assert raw_redis.zcard(keys.timeouts) == 0
+
+
+@pytest.fixture
+def raising_receiver():
+    """A config_changed receiver of the project's that raises (connected for the test)."""
+    from django_semaphore import signals
+
+    calls = []
+
+    def announce(sender, semaphore, **kwargs):
+        calls.append(semaphore.name)
+        raise RuntimeError("the chat webhook is down")
+
+    signals.config_changed.connect(announce, weak=False)
+    yield calls
+    signals.config_changed.disconnect(announce)
+
+
+@pytest.mark.usefixtures("backend")
+def test_a_raising_config_changed_receiver_does_not_undo_the_admins_change(
+    client, changer, raising_receiver, caplog
+):
+    """The override is written before the signal is sent: a receiver that raised turned the
+    applied change into a 500, with no LogEntry and no message. Now the change completes
+    and the receiver's exception is logged once at ERROR."""
+    reports = semaphores["reports"]
+    client.force_login(changer)
+    try:
+        with caplog.at_level("ERROR", logger="django_semaphore"):
+            response = client.post(LIST_URL + "reports/", {"limit": "1", "mode": "enforce"})
+        assert response.status_code == 302 and response["Location"] == LIST_URL + "reports/"
+        assert reports.effective(fresh=True).limit == 1 and raising_receiver == ["reports"]
+        assert LogEntry.objects.get(object_id="reports").get_change_message() == (
+            "Set limit 2 -> 1, mode enforce -> enforce."
+        )
+        errors = [r for r in caplog.records if r.levelname == "ERROR" and r.name == "django_semaphore"]
+        assert len(errors) == 1
+        assert "announce" in errors[0].getMessage() and "'reports'" in errors[0].getMessage()
+        assert errors[0].exc_info[0] is RuntimeError
+    finally:
+        reports.clear_override()

@@ -22,6 +22,7 @@ import dataclasses
 import datetime
 import functools
 import json
+import logging
 import os
 import socket
 import threading
@@ -559,7 +560,10 @@ class Semaphore:
         return await control.aeffective(config)
 
     def _changed(self, effective: Effective, user: Any) -> Effective:
-        signals.config_changed.send(
+        # The override is written and in force: a receiver that raises must not turn
+        # it into a failure (a 500 without LogEntry, a command reporting an error).
+        # send_robust, and each receiver's exception logged once, with its traceback.
+        replies = signals.config_changed.send_robust(
             sender=type(self),
             semaphore=self,
             limit=effective.limit,
@@ -567,6 +571,17 @@ class Semaphore:
             total=effective.total,
             user=user,
         )
+        for receiver, reply in replies:
+            if isinstance(reply, Exception):
+                logging.getLogger("django_semaphore").error(
+                    "django-semaphore: a config_changed receiver %r raised for semaphore %r "
+                    "(the change is applied): %s: %s",
+                    receiver,
+                    self.name,
+                    type(reply).__name__,
+                    reply,
+                    exc_info=reply,
+                )
         return effective
 
     def override(

@@ -657,3 +657,58 @@ async def test_try_acquire_and_atry_acquire_go_through_the_same_scenario_alike(a
         ("after the interrupt", 0, 2),
         ("released", True, True, 2),
     ]
+
+
+# -- the config_changed signal ------------------------------------------------------------
+
+
+def test_a_raising_config_changed_receiver_is_logged_and_the_override_returns(caplog):
+    """override() wrote the change, then sent config_changed with send(): a receiver that
+    raised made override() raise although the change was in force everywhere."""
+    from django_semaphore import signals
+
+    sem = Semaphore("signalled", limit=3, timeout=10)
+    seen = []
+
+    def announce(sender, semaphore, limit, **kwargs):
+        seen.append(limit)
+        raise RuntimeError("the chat webhook is down")
+
+    def after(sender, limit, **kwargs):
+        seen.append(("after", limit))
+
+    signals.config_changed.connect(announce, weak=False)
+    signals.config_changed.connect(after, weak=False)
+    try:
+        with caplog.at_level("ERROR", logger="django_semaphore"):
+            assert sem.override(limit=1).limit == 1
+            assert sem.effective(fresh=True).limit == 1
+            assert sem.clear_override().limit == 3
+    finally:
+        signals.config_changed.disconnect(announce)
+        signals.config_changed.disconnect(after)
+    assert seen == [1, ("after", 1), 3, ("after", 3)]  # the others still hear of it
+    errors = [r for r in caplog.records if r.name == "django_semaphore" and r.levelname == "ERROR"]
+    assert len(errors) == 2  # once per change
+    assert "announce" in errors[0].getMessage() and "'signalled'" in errors[0].getMessage()
+    assert errors[0].exc_info[0] is RuntimeError
+
+
+@pytest.mark.asyncio
+async def test_a_raising_config_changed_receiver_does_not_fail_aoverride(caplog):
+    from django_semaphore import signals
+
+    sem = Semaphore("signalled-async", limit=3, timeout=10)
+
+    def announce(sender, **kwargs):
+        raise RuntimeError("down")
+
+    signals.config_changed.connect(announce, weak=False)
+    try:
+        with caplog.at_level("ERROR", logger="django_semaphore"):
+            assert (await sem.aoverride(mode="dry_run")).mode == "dry_run"
+            assert (await sem.aclear_override()).mode == "enforce"
+    finally:
+        signals.config_changed.disconnect(announce)
+    # (Django's send_robust logs it on "django.dispatch" too, without the semaphore.)
+    assert len([r for r in caplog.records if r.name == "django_semaphore" and r.levelname == "ERROR"]) == 2
