@@ -21,7 +21,10 @@ force, above its partitions (each against its limit).  Every change is logged as
 actions and the semaphore's history page.  Ad-hoc semaphores (no SEMAPHORES
 entry) in use are listed too, marked "ad hoc", with the limit and lease their
 processes recorded (:mod:`django_semaphore.runtime.adhoc`); their pages have no
-runtime control form (their code sets them).  Lease identifiers are never shown
+runtime control form (their code sets them).  While Redis is down, every page
+shows Redis's error in place of the figures, an ad-hoc semaphore's too (whether
+one is recorded cannot be told then: not a 404), and the buttons say it failed.
+Lease identifiers are never shown
 to anyone: a force-release names the holder by partition and fencing token,
 which cannot be replayed against a later holder because tokens only increase.
 """
@@ -193,7 +196,9 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         try:
             return Semaphore(name=object_id) if monitor.find_ad_hoc(object_id) else None
         except SemaphoreBackendError:
-            return None
+            # Redis is down: whether an ad-hoc semaphore of that name is in use cannot be
+            # told, and its history is in the database: shown (not "does not exist").
+            return Semaphore(name=object_id)
 
     # -- urls ----------------------------------------------------------------
 
@@ -238,14 +243,18 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return name
 
     def _target(self, object_id: str) -> Target:
-        """The semaphore a page is about: configured, or else ad hoc as recorded (404 if neither)."""
+        """The semaphore a page is about: configured, or else ad hoc as recorded (404 if neither).
+
+        Raises :class:`~django_semaphore.SemaphoreBackendError` when Redis fails to say
+        whether an ad-hoc one is recorded: the pages show that error, as they do for a
+        configured semaphore while Redis is down, not a 404."""
         ident = unquote(object_id)
         if ident in semaphores:
             return Target(ident, ident, semaphores[ident], None)
         try:
             entry = monitor.find_ad_hoc(ident)
             engine = monitor.ad_hoc_semaphore(entry) if entry is not None else None
-        except (SemaphoreBackendError, ValueError):
+        except ValueError:  # a record no version of this app wrote
             entry = engine = None
         if entry is None or engine is None:
             raise Http404(_("No semaphore named %(name)r in SEMAPHORES or in use.") % {"name": ident[:200]})
@@ -349,12 +358,19 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _detail_context(
         self, request: HttpRequest, object_id: str, form: RuntimeControlForm | None = None
     ) -> dict[str, Any]:
-        target = self._target(object_id)
-        name = target.name
         partition = self._partition_param(request)
         page = 1 if partition else self._page_param(request)
-        view, error = self._read_one(target.ident, partition, (page - 1) * self.max_partitions)
-        now = self._holders_clock(target.semaphore, view)  # for expiries and waits only
+        target: Target | None
+        try:
+            target = self._target(object_id)
+        except SemaphoreBackendError as exc:  # an ad-hoc one, with Redis down: its page says so
+            target = None
+            view, error = monitor.SemaphoreSummary(unquote(object_id)), str(exc)
+            now = datetime.datetime.now(datetime.UTC)
+        else:
+            view, error = self._read_one(target.ident, partition, (page - 1) * self.max_partitions)
+            now = self._holders_clock(target.semaphore, view)  # for expiries and waits only
+        name = view.name if target is None else target.name
         metas = [h.meta for p in view.partitions for h in p.holders]
         metas += [w.meta for p in view.partitions for w in p.waiters]
         names = self._user_names(meta.get("user") for meta in metas)
@@ -367,7 +383,7 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 (w, waited(w, now), names.get(str(w.meta.get("user"))), meta_items(w.meta)) for w in p.waiters
             ]
         # No runtime control of an ad-hoc semaphore (sema_set refuses it too): its code sets it.
-        controlled = target.entry is None and not view.error and view.mode
+        controlled = target is not None and target.entry is None and not view.error and view.mode
         if form is None and controlled and self.has_change_permission(request):
             initial = {"limit": view.limit, "mode": view.mode, "total": view.total}
             form = self.control_form(initial=initial, with_total=view.total is not None)
@@ -523,7 +539,11 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         refused = self._post_only(request)
         if refused:
             return refused
-        target = self._target(object_id)
+        try:
+            target = self._target(object_id)
+        except SemaphoreBackendError as exc:
+            messages.error(request, str(exc))
+            return self._back(request, object_id)
         name, sem = target.name, target.semaphore
         key_hash = request.POST.get("partition", "")
         try:
@@ -563,7 +583,11 @@ class SemaphoreAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         refused = self._post_only(request)
         if refused:
             return refused
-        target = self._target(object_id)
+        try:
+            target = self._target(object_id)
+        except SemaphoreBackendError as exc:
+            messages.error(request, str(exc))
+            return self._back(request, object_id)
         name = target.name
         try:
             if target.entry is None:

@@ -19,6 +19,7 @@ import pytest
 from django.contrib.admin import AdminSite
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Permission, User
+from django.test import override_settings
 from django.urls import path, reverse
 from django.utils import timezone as django_timezone
 
@@ -1157,3 +1158,41 @@ def test_a_raising_config_changed_receiver_does_not_undo_the_admins_change(
         assert errors[0].exc_info[0] is RuntimeError
     finally:
         reports.clear_override()
+
+
+@pytest.mark.usefixtures("backend")
+def test_an_ad_hoc_semaphores_pages_say_redis_failed_while_it_is_down(client, changer):
+    """An ad-hoc semaphore is looked up in the registry in Redis: with Redis down, its
+    pages were a 404 ("not in SEMAPHORES or in use"), where a configured one's page says
+    Redis failed. Now they get the same error page, and the actions the same message."""
+    from django_semaphore import Semaphore as Sem
+    from django_semaphore.runtime import adhoc, stats
+    from tests.support.servers import free_port
+
+    adhoc.forget()
+    lease = Sem("crawler", limit=2, timeout=30).acquire()
+    stats.flush()  # recorded in the registry
+    client.force_login(changer)
+    assert client.get(LIST_URL + "crawler/").status_code == 200
+    try:
+        with override_settings(SEMAPHORE_REDIS={"URL": f"redis://127.0.0.1:{free_port()}/0"}):
+            _ad_hoc_pages_while_redis_is_down(client, lease.token)
+    finally:
+        lease.release()
+
+
+def _ad_hoc_pages_while_redis_is_down(client, token):
+    """The pages and actions of ad-hoc "crawler" (recorded, held) with Redis unreachable."""
+    configured = client.get(LIST_URL + "reports/")
+    page = client.get(LIST_URL + "crawler/")
+    assert configured.status_code == page.status_code == 200
+    assert "failed" in page.content.decode() and 'id="sema-control"' not in page.content.decode()
+    status = client.get(LIST_URL + "crawler/status.json")
+    assert status.status_code == 200 and "failed" in status.json()["error"]
+    assert client.get(LIST_URL + "crawler/history/").status_code == 200
+    for action in ("release/", "purge/"):
+        response = client.post(LIST_URL + "crawler/" + action, {"partition": "_", "token": token})
+        assert response.status_code == 302 and response["Location"] == LIST_URL + "crawler/"
+        (message,) = client.get(LIST_URL + "crawler/").context["messages"]
+        assert message.level_tag == "error" and "failed" in message.message
+    assert not LogEntry.objects.exists()
