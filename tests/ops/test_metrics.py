@@ -330,3 +330,53 @@ def test_a_name_tracked_after_counting_under_other_never_makes_a_counter_go_down
     names[2].acquire().release()
     assert value(scrape(client), "django_semaphore_acquisitions_total", semaphore="_other") == 4
     assert value(after, "django_semaphore_limit", semaphore="late-1") == 1  # its gauges, from now on
+
+
+def test_a_clusters_backend_failures_are_labelled_by_its_configuration_not_its_nodes(
+    client, configured, settings, redis_cluster, cluster_client, key_prefix
+):
+    """The label was the error's server description, the nodes the client knew at the
+    time ("cluster a:1,b:2,c:3"): each failover or resharding started new series. Now a
+    cluster is labelled by its configured startup URL (no password), whatever the nodes."""
+    from django_semaphore.backend import connection
+
+    settings.SEMAPHORE_REDIS = {"URL": redis_cluster.url, "CLUSTER": True}
+    port = redis_cluster.nodes[0].port
+    keys = semaphores["reports"].partition(None)
+    cluster_client.set(keys.main[0], "not a semaphore")  # every call on it: WRONGTYPE
+    try:
+        before = scrape(client)
+        with pytest.raises(SemaphoreBackendError) as raised:
+            semaphores["reports"].acquire()
+        after = scrape(client)
+    finally:
+        cluster_client.delete(keys.main[0])
+        connection.reset()
+    assert raised.value.server.count(":") == 3  # the error names the three nodes it knew of
+    labels = {labels for (name, labels) in after if name == "django_semaphore_backend_failures_total"}
+    assert (("server", f"cluster 127.0.0.1:{port}"),) in labels
+    assert not any("," in dict(label)["server"] for label in labels)
+    # The acquire, and the scrape's own status read of that partition: one series.
+    assert (
+        delta(before, after, "django_semaphore_backend_failures_total", server=f"cluster 127.0.0.1:{port}")
+        == 2
+    )
+
+
+def test_the_server_label_of_each_topology():
+    from django_semaphore.ops.metrics import server_label
+
+    assert server_label("10.0.0.5:6379") == "10.0.0.5:6379"
+    assert server_label("unix:/run/redis.sock") == "unix:/run/redis.sock"
+    assert server_label("sentinel service mymaster") == "sentinel service mymaster"
+    assert server_label(None) == "redis"
+
+
+def test_a_cluster_is_labelled_by_its_startup_url_without_password_or_by_its_alias(settings):
+    from django_semaphore.ops.metrics import server_label
+
+    settings.SEMAPHORE_REDIS = {"URL": "redis://:secret@node-a.example:7000/0", "CLUSTER": True}
+    assert server_label("cluster 10.0.0.5:7000,10.0.0.6:7001") == "cluster node-a.example:7000"
+    assert server_label("cluster 10.0.0.9:7002") == "cluster node-a.example:7000"
+    settings.SEMAPHORE_REDIS = "semaphores"
+    assert server_label("cluster 10.0.0.5:7000") == "cache alias 'semaphores'"

@@ -27,7 +27,8 @@ metric                                      type      labels and meaning
                                                       "dry_run" (or "off", for a direct acquire)
 ``django_semaphore_releases_total``         counter   ``semaphore``: leases released
 ``django_semaphore_lost_leases_total``      counter   ``semaphore``: leases found lost
-``django_semaphore_backend_failures_total`` counter   ``server``: Redis failures
+``django_semaphore_backend_failures_total`` counter   ``server``: Redis failures (a cluster: as configured,
+                                                      :func:`server_label`)
 ``django_semaphore_wait_seconds``           histogram ``semaphore``, ``outcome`` (acquired/refused)
 =========================================== ========= =================================================
 
@@ -73,6 +74,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
 
 try:
     import prometheus_client
@@ -91,6 +93,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from ... import signals
+from ...config import settings
 from ...config.validation import MODES
 from ...engine import discovery
 from ...engine.semaphore import semaphores as configured_semaphores
@@ -223,7 +226,37 @@ def _on_lease_lost(sender: Any, semaphore: Semaphore, **kwargs: Any) -> None:
 
 def _on_backend_failed(sender: Any, server: str | None = None, **kwargs: Any) -> None:
     assert _metrics is not None
-    _metrics.backend_failures.labels(server or "redis").inc()
+    _metrics.backend_failures.labels(server_label(server)).inc()
+
+
+def server_label(server: str | None) -> str:
+    """The ``server`` label of a backend failure at ``server`` (the error's description).
+
+    A Redis Cluster is described by the nodes the client knows at the moment
+    (``cluster 10.0.0.5:6379,10.0.0.6:6379,...``), which change with a failover
+    or a resharding: as a label, every topology would start series of its own.
+    A cluster is labelled by what SEMAPHORE_REDIS configures instead (the startup
+    URL's ``cluster host:port``, never its password, or ``cache alias 'name'``),
+    the same whatever the topology.  Other servers keep their description, already
+    the configuration's: ``host:port``, ``unix:/path`` or ``sentinel service name``.
+    """
+    if not server:
+        return "redis"
+    if server.startswith("cluster "):
+        try:
+            return _configured_cluster(settings.setting("SEMAPHORE_REDIS"))
+        except Exception:  # unusable settings: the failure is still counted
+            return "cluster"
+    return server
+
+
+def _configured_cluster(value: str | dict[str, Any]) -> str:
+    """A cluster as SEMAPHORE_REDIS = ``value`` names it: its django-redis cache alias,
+    or its startup URL's host and port (what the connection layer says of it too)."""
+    if isinstance(value, str):
+        return f"cache alias {value!r}"
+    url = urlsplit(value["URL"])
+    return f"cluster {url.hostname or 'localhost'}:{url.port or 6379}"
 
 
 def track(*semaphores: Semaphore) -> None:
