@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple, TypeVar, cast
+
+from redis.exceptions import NoScriptError
 
 from ..backend.keys import PartitionKeys
-from ..backend.scripting import LuaScript, Operation, Script
+from ..backend.scripting import LuaScript, Operation, Pipe, Script
 from .algorithms import Algorithm
 from .algorithms.base import as_int, client_ms, parse_slots, retry_after_seconds
 from .algorithms.total import decode_priority
@@ -30,6 +33,11 @@ STATUS = LuaScript("status")
 HOLDERS = LuaScript("holders")
 PURGE = LuaScript("purge")
 WAITERS = LuaScript("waiters")
+
+#: Scripts :func:`batched` sends per pipeline (one round trip each; one per node on a cluster).
+BATCH = 500
+
+T = TypeVar("T")
 
 
 def to_datetime(ms: float) -> datetime.datetime:
@@ -107,6 +115,61 @@ def total_status(keys: PartitionKeys, limit: int, total: int, timeout: float) ->
     if not keys.part:
         return PartitionStatus(keys.key_digest, total, used, waiters, retry, live, total, used)
     return PartitionStatus(keys.part, limit, reply[5], reply[6], retry, -1, total, used)
+
+
+def batched(operations: Sequence[Operation[T]], size: int | None = None) -> Operation[list[T]]:
+    """The results of ``operations``, each of which sends one :class:`Script` and returns
+    (:func:`status`, :func:`total_status`), with their scripts sent ``size`` at a time in
+    one pipeline each (default :data:`BATCH`): a round trip per ``size`` partitions, not
+    one each.
+
+    Cluster-safe: each script's keys are one partition's, which share one hash slot,
+    and redis-py's cluster pipeline sends each call to the node of its slot (one round
+    trip per node).  The results are those of running the operations one by one: a
+    script's error raises as it would alone; one found missing on its node (NOSCRIPT,
+    after a restart or SCRIPT FLUSH) is run alone once, which loads it there, and the
+    others sent again.
+    """
+    size = size or BATCH
+    results: list[T] = []
+    for start in range(0, len(operations), size):
+        chunk = operations[start : start + size]
+        requests = [next(operation) for operation in chunk]
+        if not all(type(request) is Script for request in requests):
+            raise TypeError("batched() runs operations that send one Script each")
+        scripts = cast("list[Script]", requests)
+        replies: list[Any] = [None] * len(chunk)
+        pending = list(range(len(chunk)))
+        while pending:
+            sent = tuple(_evalsha(scripts[i]) for i in pending)
+            got = yield Pipe(sent, transaction=False, raise_on_error=False)
+            missing = []
+            for i, reply in zip(pending, got, strict=True):
+                if isinstance(reply, NoScriptError):
+                    missing.append(i)
+                elif isinstance(reply, Exception):
+                    raise reply
+                else:
+                    replies[i] = reply
+            if missing:  # alone: EVAL loads the script on that node
+                replies[missing[0]] = yield scripts[missing[0]]
+            pending = missing[1:]
+        results.extend(_finish(operation, reply) for operation, reply in zip(chunk, replies, strict=True))
+    return results
+
+
+def _evalsha(request: Script) -> tuple[Any, ...]:
+    return ("EVALSHA", request.script.sha, len(request.keys), *request.keys, *request.args)
+
+
+def _finish(operation: Operation[T], reply: Any) -> T:
+    """The result of ``operation`` given the reply to its one request."""
+    try:
+        operation.send(reply)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    raise TypeError("batched() runs operations that send one Script each")
 
 
 def holders(keys: PartitionKeys, algorithm: Algorithm) -> Operation[list[Holder]]:

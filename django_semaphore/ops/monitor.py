@@ -2,7 +2,9 @@
 
 Nothing here writes to Redis except :func:`cleanup`, which only runs the
 purge script (expired entries only, never a live holder).  Partitions are
-found by :mod:`~django_semaphore.engine.discovery` (SCAN on every primary, never KEYS).
+found by :mod:`~django_semaphore.engine.discovery` (SCAN on every primary, never KEYS),
+and their statuses read in pipelines (:meth:`Semaphore.statuses
+<django_semaphore.engine.semaphore.Semaphore.statuses>`), not a round trip each.
 Beside the partitions, a summary carries the semaphore's runtime control (the
 effective limit and mode, and whether they come from settings or an
 override) and its figures of the last five minutes from
@@ -591,7 +593,10 @@ def _read(
         summary.whole = _summary(sem.name, sem.status(keys=whole))
     # A TOTAL name's keys stand for its partitions: those that hold permits or have waiters.
     found = discovery.expand(found)
-    rows = [(_summary(sem.name, sem.status(keys=keys)), keys) for keys in found]
+    # In pipelines, not a round trip per partition: tens of thousands of them are live at times.
+    rows = [
+        (_summary(sem.name, status), keys) for status, keys in zip(sem.statuses(found), found, strict=True)
+    ]
     rows.sort(key=lambda row: (not row[0].unpartitioned, -row[0].in_use, -row[0].waiting, row[0].key_hash))
     offset, end = page.offset, page.offset + page.size
     if offset or len(rows) > end:

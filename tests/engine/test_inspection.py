@@ -106,3 +106,124 @@ async def test_async_expiry_and_apurge_expired():
     assert await sem.apurge_expired() == 0
     assert await lease.arefresh() is False
     assert await sem.aavailable() == 3
+
+
+# -- statuses: many partitions in pipelines ------------------------------------------------
+
+
+def _same_figures(batch, single):
+    """The batch's statuses are the single reads' (retry_after: read a moment earlier, so
+    the same or one second more)."""
+    assert [s._replace(retry_after=0) for s in batch] == [s._replace(retry_after=0) for s in single]
+    assert all(0 <= b.retry_after - s.retry_after <= 1 for b, s in zip(batch, single, strict=True))
+
+
+@pytest.mark.parametrize("algorithm", ["lua", "fair"])
+def test_statuses_in_pipelines_are_the_status_of_each_partition(algorithm, monkeypatch):
+    """The admin and the metrics read every live partition's status, one round trip each
+    (slow with tens of thousands); statuses() reads them BATCH at a time, with the same
+    figures, in the order given, and a pipeline per BATCH."""
+    from django_semaphore.engine import inspection
+    from tests.support.helpers import count_round_trips, queue_waiters
+
+    monkeypatch.setattr(inspection, "BATCH", 4)
+    sem = Semaphore("many-parts", limit=3, timeout=600, algorithm=algorithm)
+    held = [sem.acquire(key=f"k{n}") for n in range(9) for _ in range(n % 4)]
+    held += [sem.acquire(key="full") for _ in range(3)]
+    threads = []
+    if algorithm == "lua":
+        threads, got = queue_waiters(_Keyed(sem, "full"), 2, wait=30)
+    keys = [sem.partition(f"k{n}") for n in range(9)] + [sem.partition("full"), sem.partition("never-used")]
+    try:
+        sem.statuses(keys)  # the script loaded on every node (a NOSCRIPT costs a round trip more)
+        sent = count_round_trips(monkeypatch)
+        batch = sem.statuses(keys)
+        sent = list(sent)
+        single = [sem.status(keys=k) for k in keys]
+    finally:
+        for lease in held:
+            lease.release()
+        for thread in threads:
+            thread.join()
+        for lease in got.values() if threads else ():
+            lease.release()
+    assert sent == ["PIPELINE"] * 3  # 11 partitions, 4 per pipeline
+    _same_figures(batch, single)
+    assert [s.in_use for s in batch] == [n % 4 for n in range(9)] + [3, 0]
+    assert batch[9].waiting == (2 if algorithm == "lua" else 0)
+
+
+class _Keyed:
+    """``sem`` as queue_waiters drives it, on partition ``key``."""
+
+    def __init__(self, sem, key):
+        self.sem, self.key = sem, key
+
+    def acquire(self, wait):
+        return self.sem.acquire(key=self.key, wait=wait)
+
+    def status(self):
+        return self.sem.status(self.key)
+
+
+def test_statuses_of_a_total_names_partitions_and_whole():
+    from django_semaphore.engine import discovery
+
+    sem = Semaphore("many-total", limit=2, timeout=600, total=5)
+    held = [sem.acquire(key=key) for key in ("a", "a", "b", "c")]
+    try:
+        found = discovery.expand(sem.partitions())
+        keys = [*found, found[0].whole]
+        batch, single = sem.statuses(keys), [sem.status(keys=k) for k in keys]
+    finally:
+        for lease in held:
+            lease.release()
+    _same_figures(batch, single)
+    assert sorted(s.in_use for s in batch[:-1]) == [1, 1, 2] and batch[-1].in_use == 4
+
+
+def test_statuses_load_the_script_where_it_is_missing(backend_redis):
+    """After a restart or SCRIPT FLUSH the pipeline's EVALSHAs answer NOSCRIPT: one runs alone
+    (loading it on its node), the others are sent again; same figures."""
+    sem = Semaphore("many-flushed", limit=2, timeout=600)
+    held = [sem.acquire(key=f"k{n}") for n in range(6)]
+    keys = [sem.partition(f"k{n}") for n in range(6)]
+    try:
+        backend_redis.script_flush()
+        batch = sem.statuses(keys)
+        single = [sem.status(keys=k) for k in keys]
+    finally:
+        for lease in held:
+            lease.release()
+    _same_figures(batch, single)
+    assert [s.in_use for s in batch] == [1] * 6
+
+
+def test_statuses_fail_as_status_does(backend_redis):
+    from django_semaphore import SemaphoreBackendError
+
+    sem = Semaphore("many-broken", limit=2, timeout=600)
+    keys = [sem.partition("ok"), sem.partition("broken")]
+    backend_redis.set(keys[1].main[0], "not a semaphore")
+    try:
+        with pytest.raises(SemaphoreBackendError, match="WRONGTYPE"):
+            sem.status(keys=keys[1])
+        with pytest.raises(SemaphoreBackendError, match="WRONGTYPE"):
+            sem.statuses(keys)
+    finally:
+        backend_redis.delete(keys[1].main[0])
+
+
+@pytest.mark.asyncio
+async def test_astatuses_are_the_statuses():
+    sem = Semaphore("many-async", limit=2, timeout=600)
+    held = [await sem.aacquire(key=f"k{n}") for n in range(5)]
+    keys = [sem.partition(f"k{n}") for n in range(5)] + [sem.partition("idle")]
+    try:
+        batch = await sem.astatuses(keys)
+        single = [sem.status(keys=k) for k in keys]
+    finally:
+        for lease in held:
+            await lease.arelease()
+    _same_figures(batch, single)
+    assert [s.in_use for s in batch] == [1] * 5 + [0]

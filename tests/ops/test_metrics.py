@@ -380,3 +380,28 @@ def test_a_cluster_is_labelled_by_its_startup_url_without_password_or_by_its_ali
     assert server_label("cluster 10.0.0.9:7002") == "cluster node-a.example:7000"
     settings.SEMAPHORE_REDIS = "semaphores"
     assert server_label("cluster 10.0.0.5:7000") == "cache alias 'semaphores'"
+
+
+@pytest.mark.usefixtures("backend")
+def test_the_gauges_read_partition_statuses_in_pipelines(configured, monkeypatch):
+    """A scrape read every live partition's status with a script call of its own (a round
+    trip each); now BATCH per pipeline, with the same figures."""
+    from django_semaphore.engine import inspection
+    from tests.support.helpers import count_round_trips
+
+    monkeypatch.setattr(inspection, "BATCH", 4)
+    per_user = semaphores["per-user"]
+    held = [per_user.acquire(f"user:{n}") for n in range(7) for _ in range(1 + n % 2)]
+    try:
+        metrics.read_partitions([per_user])  # the script loaded on every node (NOSCRIPT: a round trip more)
+        sent = count_round_trips(monkeypatch)
+        ((semaphore, _, statuses),) = metrics.read_partitions([per_user])
+        sent = list(sent)
+        single = [per_user.status(keys=per_user.partition(None))]
+        single += [per_user.status(f"user:{n}") for n in range(7)]
+    finally:
+        for lease in held:
+            lease.release()
+    assert "EVALSHA" not in sent and sent.count("PIPELINE") == 2  # 8 partitions, 4 per pipeline
+    by_hash = {s.key_hash: s.in_use for s in statuses}
+    assert by_hash == {s.key_hash: s.in_use for s in single}

@@ -367,3 +367,28 @@ def test_cleanup_of_a_total_name_purges_its_whole_keys_once(settings, backend_re
     assert monitor.cleanup(found) == 3
     assert monitor.cleanup(found) == 0
     assert monitor.read_semaphore("quick").in_use == 0
+
+
+@pytest.mark.usefixtures("backend")
+def test_partition_statuses_are_read_in_pipelines_not_one_round_trip_each(monkeypatch):
+    """The admin read every live partition's status with a script call of its own: a
+    round trip each, slow with tens of thousands. Now BATCH per pipeline; only the
+    partitions listed have their holders read."""
+    from django_semaphore.engine import inspection
+    from tests.support.helpers import count_round_trips
+
+    monkeypatch.setattr(inspection, "BATCH", 4)
+    per_ip = semaphores["per-ip"]
+    held = [per_ip.acquire(key=f"10.0.0.{n}") for n in range(10)]
+    try:
+        found = per_ip.partitions()
+        monitor.read_semaphore("per-ip", max_partitions=2, found=found)  # the scripts loaded everywhere
+        sent = count_round_trips(monkeypatch)
+        view = monitor.read_semaphore("per-ip", max_partitions=2, found=found)
+        sent = list(sent)
+    finally:
+        for lease in held:
+            lease.release()
+    assert view.partition_count == 10 and view.in_use == 10
+    assert sent.count("PIPELINE") == 3 + 1  # 10 statuses, 4 per pipeline; the recent stats
+    assert sent.count("EVALSHA") == 2  # the holders of the two partitions listed

@@ -33,7 +33,8 @@ metric                                      type      labels and meaning
 =========================================== ========= =================================================
 
 The gauges are read from Redis at scrape time (one SCAN for every
-semaphore's partitions, then one status script per partition), so every
+semaphore's partitions, then one status script per partition, sent in
+pipelines of :data:`~django_semaphore.engine.inspection.BATCH`), so every
 process reports the same figures.  A semaphore with TOTAL keeps all its
 partitions in one set of keys: the partitions its gauges count are those
 inside them that hold permits or have waiters (one more script per such
@@ -446,7 +447,7 @@ def read_partitions(
         if semaphore.config.total is None:
             unpartitioned = semaphore.partition(None)
             keys = [unpartitioned, *(k for k in keys if k.base != unpartitioned.base)]
-        rows.append((semaphore, semaphore.effective(), [semaphore.status(keys=k) for k in keys]))
+        rows.append((semaphore, semaphore.effective(), semaphore.statuses(keys)))
     return rows
 
 
