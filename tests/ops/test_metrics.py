@@ -405,3 +405,77 @@ def test_the_gauges_read_partition_statuses_in_pipelines(configured, monkeypatch
     assert "EVALSHA" not in sent and sent.count("PIPELINE") == 2  # 8 partitions, 4 per pipeline
     by_hash = {s.key_hash: s.in_use for s in statuses}
     assert by_hash == {s.key_hash: s.in_use for s in single}
+
+
+# -- ad-hoc labels under the multi-process mode ---------------------------------------------
+
+
+def test_shared_choices_fed_in_different_orders_choose_the_same_names(tmp_path):
+    """Two selectors (two processes' SharedChoice) on one PROMETHEUS_MULTIPROC_DIR, asked
+    about names in different orders, interleaved: the names labelled are the same for both,
+    and at most the cap of them altogether."""
+    from django_semaphore.ops.metrics import SharedChoice
+
+    names = [f"job-{n}" for n in range(10)] + ["odd-\ud800-name", "new\nline"]
+    first, second = SharedChoice(), SharedChoice()
+    answers = {}
+    for a, b in zip(names, reversed(names), strict=True):
+        answers.setdefault(a, set()).add(first.choose(str(tmp_path), a, 4))
+        answers.setdefault(b, set()).add(second.choose(str(tmp_path), b, 4))
+    assert all(len(given) == 1 for given in answers.values())  # never two answers for one name
+    chosen = {name for name, given in answers.items() if given == {True}}
+    assert chosen == {"job-0", "new\nline", "job-1", "odd-\ud800-name"}  # the first four asked
+    for name in names:  # asked again, either one, in any order: the same answer
+        again = {first.choose(str(tmp_path), name, 4), second.choose(str(tmp_path), name, 4)}
+        assert again == {name in chosen}
+    assert first.final == second.final == frozenset(chosen)
+
+
+_AD_HOC_CHILD = """
+import sys
+import django
+django.setup()
+from django.test import RequestFactory
+from django_semaphore import Semaphore
+from django_semaphore.metrics import metrics_view
+from django_semaphore.ops import metrics
+metrics.MAX_AD_HOC = 3
+if sys.argv[1] == "scrape":
+    sys.stdout.write(metrics_view(RequestFactory().get("/metrics/")).content.decode())
+else:
+    for name in sys.argv[1].split(","):
+        Semaphore(name, limit=1, timeout=5).acquire().release()
+"""
+
+
+def test_processes_label_the_same_ad_hoc_names_and_no_more_than_the_cap(subprocess_env, tmp_path):
+    """Each process labelled the first MAX_AD_HOC ad-hoc names it used itself, and the scrape
+    adds up every process's series: two workers using the same names in other orders made
+    MAX_AD_HOC x 2 series. Now the names of the whole server's first MAX_AD_HOC, in both."""
+    import subprocess
+    import sys
+
+    env = {**subprocess_env, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    names = [f"crawl-{n}" for n in range(8)]
+    workers = [
+        subprocess.Popen([sys.executable, "-c", _AD_HOC_CHILD, ",".join(order)], env=env)
+        for order in (names, names[::-1])
+    ]
+    assert [worker.wait(timeout=60) for worker in workers] == [0, 0]
+    out = subprocess.run(
+        [sys.executable, "-c", _AD_HOC_CHILD, "scrape"],
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    ).stdout
+    counted = {}
+    for family in text_string_to_metric_families(out):
+        for sample in family.samples:
+            if sample.name == "django_semaphore_acquisitions_total":
+                counted[sample.labels["semaphore"]] = sample.value
+    labelled = set(counted) - {"_other"}
+    assert len(labelled) == 3 and labelled <= set(names)
+    assert all(counted[name] == 2 for name in labelled)  # each worker's use of it, under its name
+    assert counted["_other"] == 2 * 8 - 2 * 3  # and every other use under "_other"

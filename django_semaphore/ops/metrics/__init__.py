@@ -69,6 +69,7 @@ series); partitions are aggregated per semaphore.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -169,16 +170,76 @@ def _label(semaphore: Semaphore) -> str:
 
     Ad-hoc semaphores beyond the first MAX_AD_HOC names (names made up at run
     time, say one per user) share the label OTHER, so the series stay bounded.
+    Under prometheus-client's multi-process mode the first MAX_AD_HOC names of
+    the whole server, the same in every process (:class:`SharedChoice`): the
+    scrape adds up every process's series, and each process choosing its own
+    first names made up to MAX_AD_HOC x processes of them.
     """
     name = semaphore.name
     if semaphore.ad_hoc and name not in _tracked:
         with _lock:
-            if len(_tracked) < MAX_AD_HOC:
+            if name not in _tracked:
+                if not _chosen(name):
+                    return OTHER
                 # Remembered for the gauges too: ad-hoc semaphores are in no settings.
-                _tracked.setdefault(name, semaphore)
-            elif name not in _tracked:
-                return OTHER
+                _tracked[name] = semaphore
     return _printable(name)
+
+
+def _chosen(name: str) -> bool:
+    """Whether ad-hoc ``name`` (not tracked yet) gets a label of its own.  Under ``_lock``."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
+        chosen = _shared_choice.choose(directory, name, MAX_AD_HOC)
+        if chosen is not None:
+            return chosen
+    return len(_tracked) < MAX_AD_HOC
+
+
+class SharedChoice:
+    """The ad-hoc names labelled one by one under prometheus-client's multi-process mode:
+    the first ``cap`` names that any process of the server used, the same in every process.
+
+    They are kept in :data:`FILENAME` in PROMETHEUS_MULTIPROC_DIR (wiped with the
+    counters' files at each start, as prometheus-client asks), one JSON string a
+    line, read and appended to under an exclusive ``flock``: a process asks at the
+    first use of each name (its answer for a chosen one is then remembered by the
+    caller), and once the file holds ``cap`` names it never changes, so the process
+    remembers them and asks no more.  None (the caller's per-process rule) where
+    the file cannot be used: no ``fcntl`` (Windows), or an OSError.
+    """
+
+    FILENAME = "django_semaphore_ad_hoc_labels.jsonl"  # not *.db: no counter file of prometheus-client's
+
+    def __init__(self) -> None:
+        self.final: frozenset[str] | None = None  # the names, once there are ``cap`` of them
+
+    def choose(self, directory: str, name: str, cap: int) -> bool | None:
+        """Whether ``name`` is one of the first ``cap`` names (recorded now if there is room)."""
+        if self.final is not None:
+            return name in self.final
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return None
+        try:
+            with open(os.path.join(directory, self.FILENAME), "a+", encoding="utf-8") as file:
+                fcntl.flock(file.fileno(), fcntl.LOCK_EX)  # released as the file closes
+                file.seek(0)
+                names = [json.loads(line) for line in file if line.strip()]
+                if name in names:
+                    return True
+                if len(names) < cap:
+                    file.write(json.dumps(name) + "\n")
+                    file.flush()
+                    return True
+        except (OSError, ValueError):
+            return None
+        self.final = frozenset(names)
+        return False
+
+
+_shared_choice = SharedChoice()
 
 
 _printables: dict[str, str] = {}
