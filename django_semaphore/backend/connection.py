@@ -187,7 +187,7 @@ def get_client() -> Any:
                     failure = exc
             client = _sync_client
         if failure is not None:  # raised outside the lock: a backend_failed receiver may call here
-            raise backend_error(None, failure, _configured_server(value)) from failure
+            raise backend_error(None, failure, configured_server(value)) from failure
     return client
 
 
@@ -321,9 +321,10 @@ def server_name(client: Any) -> str:
         return "redis"
 
 
-def _configured_server(value: str | dict[str, Any]) -> str:
+def configured_server(value: str | dict[str, Any]) -> str:
     """What :func:`server_name` would say of the client SEMAPHORE_REDIS = ``value`` names,
-    for an error raised before there is one."""
+    from the configuration alone: for an error raised before there is a client, and for
+    a label that must not change with a cluster's topology (the metrics')."""
     if isinstance(value, str):
         return f"cache alias {value!r}"
     try:

@@ -76,7 +76,6 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
 
 try:
     import prometheus_client
@@ -95,6 +94,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from ... import signals
+from ...backend import connection
 from ...config import settings
 from ...config.validation import MODES
 from ...engine import discovery
@@ -306,19 +306,10 @@ def server_label(server: str | None) -> str:
         return "redis"
     if server.startswith("cluster "):
         try:
-            return _configured_cluster(settings.setting("SEMAPHORE_REDIS"))
+            return connection.configured_server(settings.setting("SEMAPHORE_REDIS"))
         except Exception:  # unusable settings: the failure is still counted
             return "cluster"
     return server
-
-
-def _configured_cluster(value: str | dict[str, Any]) -> str:
-    """A cluster as SEMAPHORE_REDIS = ``value`` names it: its django-redis cache alias,
-    or its startup URL's host and port (what the connection layer says of it too)."""
-    if isinstance(value, str):
-        return f"cache alias {value!r}"
-    url = urlsplit(value["URL"])
-    return f"cluster {url.hostname or 'localhost'}:{url.port or 6379}"
 
 
 def track(*semaphores: Semaphore) -> None:
