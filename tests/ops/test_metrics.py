@@ -1,5 +1,7 @@
 """Prometheus metrics: scrape the endpoint with the test client, parse the text format."""
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -218,22 +220,19 @@ else:
 """
 
 
+def _scrape_in_a_process(child, env):
+    """The metrics page as a new process of ``child`` (its "scrape" role) renders it."""
+    command = [sys.executable, "-c", child, "scrape"]
+    return subprocess.run(command, env=env, check=True, timeout=60, capture_output=True, text=True).stdout
+
+
 def test_multiprocess_mode_adds_up_every_process(subprocess_env, tmp_path):
     """Under PROMETHEUS_MULTIPROC_DIR the scrape counts what other processes did."""
-    import subprocess
-    import sys
 
     env = {**subprocess_env, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     for role in ("hold", "hold", "refused"):  # three worker processes, one after the other
         subprocess.run([sys.executable, "-c", _CHILD, role], env=env, check=True, timeout=60)
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, "scrape"],
-        env=env,
-        check=True,
-        timeout=60,
-        capture_output=True,
-        text=True,
-    ).stdout
+    out = _scrape_in_a_process(_CHILD, env)
     samples = {}
     for family in text_string_to_metric_families(out):
         for sample in family.samples:
@@ -452,8 +451,6 @@ def test_processes_label_the_same_ad_hoc_names_and_no_more_than_the_cap(subproce
     """Each process labelled the first MAX_AD_HOC ad-hoc names it used itself, and the scrape
     adds up every process's series: two workers using the same names in other orders made
     MAX_AD_HOC x 2 series. Now the names of the whole server's first MAX_AD_HOC, in both."""
-    import subprocess
-    import sys
 
     env = {**subprocess_env, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     names = [f"crawl-{n}" for n in range(8)]
@@ -462,14 +459,7 @@ def test_processes_label_the_same_ad_hoc_names_and_no_more_than_the_cap(subproce
         for order in (names, names[::-1])
     ]
     assert [worker.wait(timeout=60) for worker in workers] == [0, 0]
-    out = subprocess.run(
-        [sys.executable, "-c", _AD_HOC_CHILD, "scrape"],
-        env=env,
-        check=True,
-        timeout=60,
-        capture_output=True,
-        text=True,
-    ).stdout
+    out = _scrape_in_a_process(_AD_HOC_CHILD, env)
     counted = {}
     for family in text_string_to_metric_families(out):
         for sample in family.samples:
