@@ -512,15 +512,21 @@ def test_disconnect_while_a_sync_view_runs_keeps_the_middlewares_slot_until_it_r
         lambda: int(raw_redis.get(in_view) or 0) == 1,
         "the view running",
     )
-    while int(raw_redis.get(in_view) or 0) == 1:  # the view goes on in its thread
-        assert sem.available() == 0, "the slot was given back while the view still ran"
-        time.sleep(0.02)
-    left = time.monotonic()
-    wait_until(lambda: sem.available() == 1, timeout=LEAK_TIMEOUT + 10, interval=0.01, message="slot back")
-    freed = time.monotonic() - left
+    freed = _slot_back_after_the_view(raw_redis, in_view, sem, limit=1)
     with capsys.disabled():
         print(f"\nsync view, disconnect: slot given back {freed:.2f}s after the view returned")
     assert freed < GIVEN_BACK_WITHIN
+
+
+def _slot_back_after_the_view(raw_redis, in_view, sem, limit):
+    """While the view (probe ``in_view``) runs in its thread, its slot stays taken; once it
+    returns, how long until ``sem`` has all its ``limit`` slots free again (seconds)."""
+    while int(raw_redis.get(in_view) or 0) == 1:
+        assert sem.available() == limit - 1, "the slot was given back while the view still ran"
+        time.sleep(0.02)
+    left = time.monotonic()
+    wait_until(lambda: sem.available() == limit, LEAK_TIMEOUT + 10, interval=0.01, message="slot back")
+    return time.monotonic() - left
 
 
 def test_disconnect_while_a_sync_view_runs_gives_back_its_decorators_slot_when_it_returns(
@@ -538,12 +544,7 @@ def test_disconnect_while_a_sync_view_runs_gives_back_its_decorators_slot_when_i
     get_then_leave(
         server, "/web/slow/?sleep=3", lambda: int(raw_redis.get(in_view) or 0) == 1, "the view running"
     )
-    while int(raw_redis.get(in_view) or 0) == 1:  # the view goes on in its thread
-        assert sem.available() == 1, "the slot was given back while the view still ran"
-        time.sleep(0.02)
-    left = time.monotonic()
-    wait_until(lambda: sem.available() == 2, timeout=LEAK_TIMEOUT + 10, interval=0.01, message="slot back")
-    freed = time.monotonic() - left
+    freed = _slot_back_after_the_view(raw_redis, in_view, sem, limit=2)
     with capsys.disabled():
         print(
             f"\nsync view under @semaphore, disconnect: slot given back {freed:.2f}s after the view returned"
