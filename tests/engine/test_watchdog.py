@@ -134,19 +134,7 @@ def test_fork_child_never_touches_the_parents_leases():
     sem = Semaphore("wd-fork", limit=1, timeout=1.5)
     lease = sem.acquire()
     with watchdog.watching(lease):
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: report what it inherited, then leave at once
-            try:
-                state = (watchdog.watchdog().count(), watchdog.watchdog().thread is None)
-                os.write(write, repr(state).encode())
-            finally:
-                os._exit(0)
-        os.close(write)
-        _, status = os.waitpid(pid, 0)
-        report = os.read(read, 100).decode()
-        os.close(read)
-        assert os.waitstatus_to_exitcode(status) == 0
+        report = _in_a_forked_child(lambda: (watchdog.watchdog().count(), watchdog.watchdog().thread is None))
         assert report == "(0, True)"
         time.sleep(1.6)  # the parent still renews its lease
         assert [h.identifier for h in sem.holders()] == [lease.identifier]
@@ -221,15 +209,21 @@ def test_a_give_back_that_raises_is_logged_and_the_next_one_runs(caplog):
 
 def test_fork_child_starts_without_the_releaser_thread():
     watchdog.releaser().start()
+    assert _in_a_forked_child(lambda: watchdog.releaser().thread is None) == "True"
+
+
+def _in_a_forked_child(look):
+    """The repr of what ``look()`` returns in a forked child (which leaves at once)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            os.write(write, repr(watchdog.releaser().thread is None).encode())
+            os.write(write, repr(look()).encode())
         finally:
             os._exit(0)
     os.close(write)
     _, status = os.waitpid(pid, 0)
     report = os.read(read, 100).decode()
     os.close(read)
-    assert os.waitstatus_to_exitcode(status) == 0 and report == "True"
+    assert os.waitstatus_to_exitcode(status) == 0
+    return report
