@@ -236,8 +236,9 @@ def _parse_waiter(identifier: Any, ticket: Any, record: Any, priority: Any, perm
 
 def _parse_holder(identifier: Any, expires_ms: Any, record: Any, slots: Any, permits: Any) -> Holder:
     """A :class:`Holder` from its identifier, expiry, ``token:acquired_ms:meta json``
-    record, slot numbers (``3,5``; empty without SLOTS and for the Redis in
-    Action variants) and permits.
+    record (a weighted holder's has its permits tag before the JSON:
+    ``token:acquired_ms:m2{...}``), slot numbers (``3,5``; empty without SLOTS
+    and for the Redis in Action variants) and permits.
 
     A malformed record still gives a Holder (token 0, no acquired_at, the
     unparsable meta under ``"raw"``): the admin shows what is there.
@@ -245,6 +246,8 @@ def _parse_holder(identifier: Any, expires_ms: Any, record: Any, slots: Any, per
     numbers = parse_slots(slots)
     text = record.decode("utf-8", "replace") if isinstance(record, bytes) else record
     token, acquired, raw_meta = (text.split(":", 2) + ["", "", ""])[:3]
+    if raw_meta and not raw_meta.startswith("{") and "{" in raw_meta:
+        raw_meta = raw_meta[raw_meta.index("{") :]  # the permits tag (permits come apart)
     meta: Any
     try:
         meta = json.loads(raw_meta) if raw_meta else {}

@@ -6,9 +6,13 @@
 --         engine keeps each holder's token in its record and leaves this key
 --         unwritten (one call less per acquire and per release). For a name
 --         with TOTAL it is the ready ZSET instead (see below),
--- KEYS[3] holds HASH: id -> "token:acquired_ms:meta" (the holder's record),
---         "*" .. id -> the holder's permits, when more than one ("m" .. n:
---                its permits beyond the first are timeouts members),
+-- KEYS[3] holds HASH: id -> "token:acquired_ms:" .. tag .. meta (the holder's
+--                record; meta: a JSON object, so it starts with "{"; tag:
+--                the holder's permits when more than one, "m" .. n for n of
+--                them, those beyond the first being timeouts members, or the
+--                number itself, those beyond the first counted in "+"),
+--         "*" .. id -> that tag, for a holder granted by an earlier version
+--                (read, never written: see tag_of),
 --         "@" .. id -> the holder's slot numbers "3,5", or runs "0-9999,10002" (SLOTS only),
 --         "#" -> the fair counter (absent: the HASH was just (re)created),
 --         "+" -> the permits beyond the first of the holders of more than
@@ -241,8 +245,19 @@ local function take_slots(permits)
   return table.concat(parts, ',')
 end
 
--- A holder's permits from its "*" field (absent: one; "m3": three, two of
--- them as timeouts members).
+-- The permits tag of a holder from its record and its "*" field (nil: one
+-- permit). The tag is in the record, between the acquired time and the meta
+-- JSON: no field more to write, read or delete per weighted holder. A holder
+-- granted by an earlier version kept it in a "*" field instead, which
+-- scripts still read (and delete with the record).
+local function tag_of(record, field)
+  if field then return field end
+  local tag = record and string.match(record, '^%d+:%d+:([^{]+)')
+  return tag
+end
+
+-- A holder's permits from its tag (nil: one; "m3": three, two of them as
+-- timeouts members; "20": twenty, nineteen of them in the "+" count).
 local function permits_of(field)
   if not field then return 1 end
   return tonumber(field) or tonumber(string.sub(field, 2)) or 1
@@ -265,7 +280,7 @@ local function set_members(id, permits, score)
   redis.call(score and 'ZADD' or 'ZREM', KEYS[1], members_from(2, id, permits, score))
 end
 
--- Give back the permits beyond the first of holder `id`, whose "*" field is
+-- Give back the permits beyond the first of holder `id`, whose tag is
 -- `field`: its members ("m" .. n), else the number for the "+" count,
 -- returned (a holder of more than MEMBERS_MAX; or one granted by a version
 -- that counted every weight there).
@@ -292,19 +307,21 @@ end
 local function drop_records(ids)
   local fields = {}
   for i, id in ipairs(ids) do
-    fields[2 * i - 1] = '*' .. id
-    fields[2 * i] = '@' .. id
+    fields[3 * i - 2] = id
+    fields[3 * i - 1] = '*' .. id
+    fields[3 * i] = '@' .. id
   end
   local found = redis.call('HMGET', KEYS[3], unpack(fields))
   local extra = 0
   local exists = nil
   local parts = nil  -- TOTAL: permits given back per partition
   for i = 1, #ids do
-    local permits = permits_of(found[2 * i - 1])
-    extra = extra + give_back(ids[i], found[2 * i - 1])
-    if found[2 * i] then
+    local tag = tag_of(found[3 * i - 2], found[3 * i - 1])
+    local permits = permits_of(tag)
+    extra = extra + give_back(ids[i], tag)
+    if found[3 * i] then
       if exists == nil then exists = redis.call('EXISTS', KEYS[7]) == 1 end
-      if exists then free_slots(found[2 * i]) end
+      if exists then free_slots(found[3 * i]) end
     end
     local part = string.match(ids[i], '^([^/]+)/')
     if part then
@@ -320,7 +337,6 @@ local function drop_records(ids)
       end
     end
   end
-  for _, id in ipairs(ids) do fields[#fields + 1] = id end
   redis.call('HDEL', KEYS[3], unpack(fields))
 end
 
@@ -424,18 +440,19 @@ local function hold(st, id, permits, expires, lease, meta)
   end
   st.counter = token
   local keep = next_watermark(st.now, expires, lease, st.watermark)
-  local fields = {'#', token, id, token .. ':' .. st.now .. ':' .. meta}
+  -- The record carries the permits tag (see tag_of).
+  local tag = ''
+  local fields = {'#', token, id, false}
   if permits > MEMBERS_MAX then
     st.extra = st.extra + permits - 1
     fields[#fields + 1] = '+'
     fields[#fields + 1] = st.extra
-    fields[#fields + 1] = '*' .. id
-    fields[#fields + 1] = permits
+    tag = permits
   elseif permits > 1 then
     if not st.members then set_members(id, permits, '+inf') end
-    fields[#fields + 1] = '*' .. id
-    fields[#fields + 1] = 'm' .. string.char(48 + permits)
+    tag = 'm' .. string.char(48 + permits)
   end
+  fields[4] = token .. ':' .. st.now .. ':' .. tag .. meta
   if st.numbered then
     fields[#fields + 1] = '@' .. id
     fields[#fields + 1] = taken

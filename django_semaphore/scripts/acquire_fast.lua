@@ -41,7 +41,6 @@ local holders = redis.call('ZCARD', KEYS[1])
 local free = tonumber(ARGV[1]) - holders - (head[2] and tonumber(head[2]) or 0) - permits
 if free < 0 then return false end
 local id = ARGV[3]
-local record = token .. ':' .. now_ms .. ':' .. ARGV[4]
 if permits > 1 then
   -- (The client sends no more than MEMBERS_MAX; held here too, so that the
   -- two never disagree on which holders are members.)
@@ -55,10 +54,11 @@ if permits > 1 then
     end
     return false
   end
-  redis.call('HSET', KEYS[2], '#', token, id, record, '*' .. id, 'm' .. string.char(48 + permits))
+  -- (The record carries the permits tag: see tag_of.)
+  redis.call('HSET', KEYS[2], '#', token, id, token .. ':' .. now_ms .. ':m' .. string.char(48 + permits) .. ARGV[4])
 else
   if redis.call('ZADD', KEYS[1], 'NX', score, id) == 0 then return false end
-  redis.call('HSET', KEYS[2], '#', token, id, record)
+  redis.call('HSET', KEYS[2], '#', token, id, token .. ':' .. now_ms .. ':' .. ARGV[4])
 end
 -- The timeouts ZSET was empty: the ZADD created it, the watermark is its TTL.
 if holders == 0 then redis.call('PEXPIREAT', KEYS[1], watermark) end

@@ -18,7 +18,7 @@ for i = 1, #live, 2 do
     out[#out + 1] = tonumber(live[i + 1])
     out[#out + 1] = rec[1]
     out[#out + 1] = rec[2] or ''
-    out[#out + 1] = permits_of(rec[3])
+    out[#out + 1] = permits_of(tag_of(rec[1], rec[3]))
   end
 end
 return out

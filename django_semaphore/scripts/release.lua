@@ -6,9 +6,9 @@
 -- Returns {1 if the identifier still held a live lease else 0, [wake TTL ms, id, ...]}:
 -- the other waiters granted, whose wake-ups the caller pushes (wake.lua).
 -- The common case (one permit, no slot numbers, nobody waiting) is five
--- calls: TIME, ZSCORE, one HMGET (the holder's permits and slots, the waiters
--- flag, the hold count; and the fair counter, "+" count and TTL watermark that
--- a direct grant needs), ZREM, HDEL (the token lives in the record: there is
+-- calls: TIME, ZSCORE, one HMGET (the holder's record, for its permits, and
+-- slots, the waiters flag, the hold count; and the fair counter, "+" count and
+-- TTL watermark that a direct grant needs), ZREM, HDEL (the token lives in the record: there is
 -- no owners entry to remove); a weighted holder's other permits are one ZREM
 -- more, or a HINCRBY of the "+" count (more than MEMBERS_MAX). (A quiet lease
 -- is given back without this script: see Lua.release.)
@@ -18,14 +18,15 @@ local now, clock = server_ms()
 local expiry = redis.call('ZSCORE', KEYS[1], id)
 local live = expiry and tonumber(expiry) > now
 -- (With "#", "+" and "e" for a direct grant: see the rest of the script.)
-local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD, REFUSED_FIELD, '#', '+', 'e')
+local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD, REFUSED_FIELD, '#', '+', 'e', id)
+local tag = tag_of(found[9], found[1])
 -- With callers waiting, a live entry goes after the grants (its permit counts
 -- as free for them): the last holder's entry removed first would delete the
 -- timeouts ZSET, and the grant create it again, with a PEXPIREAT more.
 local leaving = found[3] and live
 if not leaving then redis.call('ZREM', KEYS[1], id) end
 local had = redis.call('HDEL', KEYS[3], id, '*' .. id, '@' .. id)
-local counted = found[1] and give_back_one(id, found[1]) or 0
+local counted = tag and give_back_one(id, tag) or 0
 if found[2] and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(found[2]) end
 -- Only a hold that ended with a release says how long the work takes (not a
 -- lease that expired, nor a force-release). Recorded while its figure is

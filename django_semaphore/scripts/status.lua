@@ -17,7 +17,7 @@ local extra = redis.call('ZCOUNT', KEYS[1], '+inf', '+inf')
   + (tonumber(redis.call('HGET', KEYS[3], '+') or '') or 0)
 if extra > 0 then
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
-    extra = extra - (permits_of(redis.call('HGET', KEYS[3], '*' .. id)) - 1)
+    extra = extra - (permits_of(tag_of(unpack(redis.call('HMGET', KEYS[3], id, '*' .. id)))) - 1)
   end
   used = live + math.max(0, extra)
 end
@@ -32,7 +32,7 @@ if part and part ~= '' then
   local mine = tonumber(redis.call('HGET', KEYS[3], 'c/' .. part) or '') or 0
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
     if string.sub(id, 1, #part + 1) == part .. '/' then
-      mine = mine - permits_of(redis.call('HGET', KEYS[3], '*' .. id))
+      mine = mine - permits_of(tag_of(unpack(redis.call('HMGET', KEYS[3], id, '*' .. id))))
     end
   end
   out[6] = math.max(0, mine)

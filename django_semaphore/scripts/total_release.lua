@@ -11,9 +11,10 @@ local part = string.match(id, '^([^/]+)/')
 local now, clock = server_ms()
 local expiry = redis.call('ZSCORE', KEYS[1], id)
 local live = expiry and tonumber(expiry) > now
-local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD, REFUSED_FIELD, 'c/' .. part)
+local found = redis.call('HMGET', KEYS[3], '*' .. id, '@' .. id, 'w', HOLDS_FIELD, REFUSED_FIELD, 'c/' .. part, id)
+local tag = tag_of(found[7], found[1])
 local had = redis.call('ZREM', KEYS[1], id) == 1
-local permits = permits_of(found[1])
+local permits = permits_of(tag)
 local left = (tonumber(found[6] or '') or 0) - permits
 if had and left <= 0 then
   redis.call('HDEL', KEYS[3], id, '*' .. id, '@' .. id, 'c/' .. part, 's/' .. part)
@@ -21,7 +22,7 @@ else
   redis.call('HDEL', KEYS[3], id, '*' .. id, '@' .. id)
   if had then redis.call('HINCRBY', KEYS[3], 'c/' .. part, -permits) end
 end
-if found[1] then give_back_one(id, found[1]) end
+if tag then give_back_one(id, tag) end
 if found[2] and found[2] ~= '' and redis.call('EXISTS', KEYS[7]) == 1 then free_slots(found[2]) end
 if had and live and acquired and (
   found[3] or hold_count(found[4]) < HOLD_FIRST

@@ -240,16 +240,14 @@ def quiet_release(keys: PartitionKeys, limit: int, identifier: str, granted: Gra
     timeouts, holds = keys.timeouts, keys.holds
     permits = granted.permits
     members = [identifier]
-    fields = [identifier]
     if permits > 1:
         members += [f"{identifier}#{k}" for k in range(2, permits + 1)]
-        fields.append("*" + identifier)
     reply = yield Pipe(
         (
             ("TIME",),
             ("ZSCORE", timeouts, identifier),
             ("ZREM", timeouts, *members),
-            ("HDEL", holds, *fields),
+            ("HDEL", holds, identifier),
             ("HGET", holds, "w"),
         ),
         transaction=False,

@@ -13,6 +13,7 @@ keys and four arguments, and it keeps every promise of acquire.lua's common case
 """
 
 import asyncio
+import os
 
 import pytest
 
@@ -126,7 +127,13 @@ def test_a_weighted_grant_of_up_to_8_permits_is_members_and_given_back_whole(raw
             (f"{lease.identifier}#3".encode(), float("inf")),
         ]
     )
-    assert raw_redis.hget(keys.holds, "*" + lease.identifier) == b"m3"
+    # Its weight is tagged in its record, before the meta JSON: one field per
+    # holder to write and to delete, whatever its weight.
+    record = raw_redis.hget(keys.holds, lease.identifier).decode()
+    assert record.startswith(f"{lease.token}:") and ":m3{" in record
+    assert not raw_redis.hexists(keys.holds, "*" + lease.identifier)
+    [holder] = sem.holders()
+    assert holder.permits == 3 and holder.meta["pid"] == os.getpid()
     assert sem.available() == 7
     assert lease.release() is True
     assert raw_redis.zcard(keys.timeouts) == 0 and sem.available() == 10

@@ -15,6 +15,7 @@ import dataclasses
 import datetime
 import json
 import math
+import os
 import threading
 import time
 import uuid
@@ -413,6 +414,48 @@ def test_without_slots_permits_are_counted_and_no_bitmap_is_written(raw_redis):
     # The members standing for permits beyond one per holder left with their
     # holders: nothing leaks into the count.
     assert raw_redis.zcard(keys.timeouts) == 0
+
+
+@pytest.mark.parametrize("permits", [3, 12], ids=["members", "counted"])
+def test_a_weighted_holders_permits_are_tagged_in_its_record_and_given_back_on_every_path(raw_redis, permits):
+    # A holder's weight ("m3": members; "12": the "+" count) is written in its
+    # record, before the meta JSON, by every grant: the common case's, the
+    # full acquire's and a release's direct grant to a waiter. Every way out
+    # reads it there: a force-release, an expiry, status() and holders().
+    sem = Semaphore(f"tagged-{permits}", limit=20, timeout=30)
+    keys = sem.partition()
+    tag = f"m{permits}" if permits <= 8 else str(permits)
+
+    def record_of(lease):
+        text = raw_redis.hget(keys.holds, lease.identifier).decode()
+        assert not raw_redis.hexists(keys.holds, "*" + lease.identifier)
+        return text
+
+    direct = sem.acquire(permits=permits)
+    assert direct is not None and f":{tag}{{" in record_of(direct)
+    assert direct.release() is True
+    everything = sem.acquire(permits=20)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(sem.acquire(permits=permits, wait=10)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not sem.waiters() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert everything.release() is True  # grants the waiter its permits
+    waiter.join(10)
+    [granted] = got
+    assert granted is not None and f":{tag}{{" in record_of(granted)
+    assert [(h.permits, h.meta["pid"]) for h in sem.holders()] == [(permits, os.getpid())]
+    assert sem.status().in_use == permits and sem.available() == 20 - permits
+    assert sem.force_release(granted.identifier) is True
+    assert sem.available() == 20 and raw_redis.zcard(keys.timeouts) == 0
+    short = Semaphore(f"tagged-{permits}", limit=20, timeout=0.2)
+    lost = short.acquire(permits=permits)
+    assert lost is not None and f":{tag}{{" in record_of(lost)
+    time.sleep(0.3)  # its lease ends: nobody released it
+    assert sem.status().in_use == 0 and sem.available() == 20
+    assert sem.purge_expired() == 1 and sem.available() == 20
+    assert raw_redis.zcard(keys.timeouts) == 0 and int(raw_redis.hget(keys.holds, "+") or 0) == 0
 
 
 def test_the_permits_of_an_expired_weighted_holder_come_back_without_a_purge():
