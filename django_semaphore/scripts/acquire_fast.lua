@@ -4,7 +4,10 @@
 -- permits, no slot numbers, not a waiter coming back with its ticket).
 -- KEYS: only the two this touches: KEYS[1] the timeouts ZSET, KEYS[2] the
 -- holds HASH (KEYS[1] and KEYS[3] of acquire.lua; see _lib.lua for both).
--- ARGV: limit, lease ms, identifier, meta json, permits (left out: 1).
+-- ARGV: limit, lease ms, identifier, and the record's tail: the meta JSON,
+-- after the permits tag for more than one permit ("m3{...}": see tag_of),
+-- so that a weighted call sends no argument more and the record is written
+-- as it comes.
 -- Returns "token:acquired_ms:quiet:full" (quiet and full: as acquire.lua's
 -- common case, 1 or 0), or false when
 -- anything is unusual, before writing anything that acquire.lua would not
@@ -36,15 +39,24 @@ local score = string.format('%d', expires)
 -- outlive it moves it (acquire.lua, about once per lease).
 local watermark = head[4]
 if not watermark or tonumber(watermark) < expires + 1000 then return false end
-local permits = tonumber(ARGV[5] or '') or 1
+-- The meta JSON starts with "{" (123); a tag here is "m" (109) and one digit.
+-- (Bytes, not a string comparison: Lua compares strings in the server's
+-- locale.)
+local tail = ARGV[4]
+local permits = 1
+local first, digit, brace = string.byte(tail, 1, 3)
+if first ~= 123 then
+  if first ~= 109 or brace ~= 123 then return false end
+  permits = digit - 48
+  if permits < 2 or permits > MEMBERS_MAX then return false end
+end
 local holders = redis.call('ZCARD', KEYS[1])
 local free = tonumber(ARGV[1]) - holders - (head[2] and tonumber(head[2]) or 0) - permits
 if free < 0 then return false end
 local id = ARGV[3]
 if permits > 1 then
-  -- (The client sends no more than MEMBERS_MAX; held here too, so that the
+  -- (The client sends no more than MEMBERS_MAX; held above too, so that the
   -- two never disagree on which holders are members.)
-  if permits > MEMBERS_MAX then return false end
   local n = redis.call('ZADD', KEYS[1], 'NX', score, id, members_from(2, id, permits, '+inf'))
   if n ~= permits then
     -- As acquire.lua's common case: members left by a holder of this name
@@ -54,12 +66,10 @@ if permits > 1 then
     end
     return false
   end
-  -- (The record carries the permits tag: see tag_of.)
-  redis.call('HSET', KEYS[2], '#', token, id, token .. ':' .. now_ms .. ':m' .. string.char(48 + permits) .. ARGV[4])
 else
   if redis.call('ZADD', KEYS[1], 'NX', score, id) == 0 then return false end
-  redis.call('HSET', KEYS[2], '#', token, id, token .. ':' .. now_ms .. ':' .. ARGV[4])
 end
+redis.call('HSET', KEYS[2], '#', token, id, token .. ':' .. now_ms .. ':' .. tail)
 -- The timeouts ZSET was empty: the ZADD created it, the watermark is its TTL.
 if holders == 0 then redis.call('PEXPIREAT', KEYS[1], watermark) end
 local refused = head[6]

@@ -198,9 +198,9 @@ def fast_acquire(keys: PartitionKeys, limit: int, request: AcquireRequest) -> Op
     the caller then runs acquire.lua.  For a request of at most
     :data:`MEMBERS_MAX` permits, without slot numbers or a ticket."""
     main = keys.main
-    args: tuple[Any, ...] = (limit, request.timeout_ms, request.identifier, request.meta_json)
-    if request.permits > 1:
-        args += (request.permits,)
+    # (A weighted request's permits travel as the record's tag, before the meta.)
+    tail = request.meta_json if request.permits == 1 else f"m{request.permits}{request.meta_json}"
+    args = (limit, request.timeout_ms, request.identifier, tail)
     reply = yield Script(FAST_ACQUIRE, (main[0], main[2]), args)
     if not reply:
         return None

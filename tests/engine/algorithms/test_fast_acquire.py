@@ -240,4 +240,24 @@ def test_requests_the_common_case_cannot_serve_go_to_acquire_lua(backend, monkey
 
 def test_the_client_and_the_scripts_agree_on_the_most_permits_kept_as_members():
     assert f"local MEMBERS_MAX = {MEMBERS_MAX}\n" in FAST_ACQUIRE.source
-    assert "if permits > MEMBERS_MAX then return false end" in FAST_ACQUIRE.source
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [f"m{MEMBERS_MAX + 1}{{}}", "m1{}", "m10{}", "mx{}", "m2", "m", "x{}", ""],
+    ids=["above-members-max", "one", "two-digits", "not-a-digit", "no-meta", "bare", "other", "empty"],
+)
+def test_the_fast_script_leaves_any_other_permits_tag_to_acquire_lua(raw_redis, tail):
+    # A weighted request's permits travel as its record's tag before the meta
+    # ("m3{...}", one digit, at most MEMBERS_MAX). Anything else (which this
+    # client never sends) is not the common case's: nothing is written.
+    sem = Semaphore(f"fast-tags-{len(tail)}-{tail[:2]}", limit=20, timeout=30)
+    keys = sem.partition()
+    sem.acquire().release()
+    sem.acquire().release()  # the partition is the common case's
+    before = _state(raw_redis, keys)
+    args = (sem.config.limit, sem.config.timeout_ms, "someone", tail)
+    sent = Script(FAST_ACQUIRE, (keys.main[0], keys.main[2]), args)
+    reply = scripting.execute(connection.get_client(), sent)
+    assert not reply
+    assert _state(raw_redis, keys) == before  # nothing written
