@@ -8,6 +8,10 @@
 -- "lua" holders hold their permits (one each, plus their permits beyond the
 -- first: the members of score +inf and the "+" count; those of expired
 -- holders not purged yet are subtracted); the variants' holders one permit each.
+-- The permits of "lua" holder `id`, from its record's tag (see tag_of).
+local function permits_of_holder(id)
+  return permits_of(tag_of(unpack(redis.call('HMGET', KEYS[3], id, '*' .. id))))
+end
 local server = server_ms()
 local now = server
 if ARGV[1] and ARGV[1] ~= '' then now = tonumber(ARGV[1]) end
@@ -17,7 +21,7 @@ local extra = redis.call('ZCOUNT', KEYS[1], '+inf', '+inf')
   + (tonumber(redis.call('HGET', KEYS[3], '+') or '') or 0)
 if extra > 0 then
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
-    extra = extra - (permits_of(tag_of(unpack(redis.call('HMGET', KEYS[3], id, '*' .. id)))) - 1)
+    extra = extra - (permits_of_holder(id) - 1)
   end
   used = live + math.max(0, extra)
 end
@@ -32,7 +36,7 @@ if part and part ~= '' then
   local mine = tonumber(redis.call('HGET', KEYS[3], 'c/' .. part) or '') or 0
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
     if string.sub(id, 1, #part + 1) == part .. '/' then
-      mine = mine - permits_of(tag_of(unpack(redis.call('HMGET', KEYS[3], id, '*' .. id))))
+      mine = mine - permits_of_holder(id)
     end
   end
   out[6] = math.max(0, mine)
