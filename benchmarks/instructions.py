@@ -22,7 +22,10 @@ settings of the bench, prometheus metrics on):
 
 On the server, the same count for ours with ``permits=2`` (``weighted``),
 against ours above the ``PING`` pair: the counted bound of goal 4's
-``PERMITS 2`` row.
+``PERMITS 2`` row; and for the cycles of the fair-share section's cost rows
+(``benchmarks.fairness``: partition "alice" of a name with ``TOTAL``,
+``total``, and without, ``partitioned``), the counted bound of issue 25's
+"TOTAL's cost per uncontended cycle".
 
 Beside the cycles, the same counts for one FIFO **hand-over** (``handover``):
 a holder of a LIMIT 1 semaphore with 15 waiters queued releases (the release
@@ -39,7 +42,7 @@ do not replace them.  Skipped when valgrind is not installed.
 
 Run alone: ``python -m benchmarks.instructions run KIND N URL`` runs N cycles
 of KIND (``ping``, ``seed``, ``ours``, ``weighted``: ours with ``permits=2``,
-``handover``) against URL, after a warm-up.
+``handover``, ``partitioned``, ``total``) against URL, after a warm-up.
 """
 
 import os
@@ -98,6 +101,24 @@ def _handover(client):
     return hand_over
 
 
+def _total_cycle(total):
+    """A cycle of ``benchmarks.fairness``'s cost rows: partition "alice" of a name with or without TOTAL."""
+    from django_semaphore import Semaphore
+
+    from .fairness import COST_LIMIT, COST_TOTAL
+
+    tag = uuid.uuid4().hex[:6]
+    sem = Semaphore(f"cost-{tag}", limit=COST_LIMIT, total=COST_TOTAL if total else None, timeout=60)
+
+    def cycle():
+        lease = sem.acquire(key="alice")
+        if lease is None:
+            raise RuntimeError(f"{sem.name}: refused with nobody else using it")
+        lease.release()
+
+    return cycle
+
+
 def _cycle(kind):
     from django_semaphore.backend import connection
 
@@ -116,6 +137,8 @@ def _cycle(kind):
         return ping_pair
     if kind == "seed":
         return seed_cycle(client, 1)
+    if kind in ("partitioned", "total"):
+        return _total_cycle(kind == "total")
     sem = semaphore("lua", 1)
     sem.acquire()  # one other holder, as the seed's
     return cycle(sem, permits=2 if kind == "weighted" else 1)
@@ -216,11 +239,13 @@ def measure(redis_url):
     else:
         version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.split()
         result["server_binary"] = next((w[2:] for w in version if w.startswith("v=")), "?")
-        for kind in (*KINDS, "handover", "weighted"):
+        for kind in (*KINDS, "handover", "weighted", "partitioned", "total"):
             result["server"][kind] = _per_cycle(lambda n, kind=kind: _server_count(binary, kind, n))
         counted = result["server"]
         above = counted["ours"] - counted["ping"]
         result["weighted_vs_plain"] = (counted["weighted"] - counted["ping"]) / above
+        partitioned = counted["partitioned"] - counted["ping"]
+        result["total_vs_partitioned"] = (counted["total"] - counted["ping"]) / partitioned
     for side in ("client", "server"):
         counts = result[side]
         if counts:

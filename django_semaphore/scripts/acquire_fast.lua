@@ -7,7 +7,10 @@
 -- ARGV: limit, lease ms, identifier, and the record's tail: the meta JSON,
 -- after the permits tag for more than one permit ("m3{...}": see tag_of),
 -- so that a weighted call sends no argument more and the record is written
--- as it comes.
+-- as it comes; for a name with TOTAL, the TOTAL in force (the identifier
+-- starts with the partition, "part/...": limit is the partition's, and the
+-- grant counts in the partition's "c/" and "s/" fields, as
+-- total_acquire.lua's common case does).
 -- Returns "token:acquired_ms:quiet:full" (quiet and full: as acquire.lua's
 -- common case, 1 or 0), or false when
 -- anything is unusual, before writing anything that acquire.lua would not
@@ -22,7 +25,16 @@
 -- the server's strings do: the token and the acquired time are cut from
 -- TIME's reply, compared with the fair counter as strings of digits.
 local t = redis.call('TIME')
-local head = redis.call('HMGET', KEYS[2], '#', '+', 'w', 'e', HOLDS_FIELD, REFUSED_FIELD)
+local total = ARGV[5]
+local part, count, head
+if total then
+  -- (The client sends TOTAL only with an identifier that has its partition.)
+  part = string.sub(ARGV[3], 1, string.find(ARGV[3], '/', 1, true) - 1)
+  count = 'c/' .. part
+  head = redis.call('HMGET', KEYS[2], '#', '+', 'w', 'e', HOLDS_FIELD, REFUSED_FIELD, count)
+else
+  head = redis.call('HMGET', KEYS[2], '#', '+', 'w', 'e', HOLDS_FIELD, REFUSED_FIELD)
+end
 local counter = head[1]
 if not counter or head[3] then return false end
 -- The token is the server time in microseconds if it is above the counter
@@ -51,7 +63,16 @@ if first ~= 123 then
   if permits < 2 or permits > MEMBERS_MAX then return false end
 end
 local holders = redis.call('ZCARD', KEYS[1])
-local free = tonumber(ARGV[1]) - holders - (head[2] and tonumber(head[2]) or 0) - permits
+local free, held
+if total then
+  -- The permits left free in the name and in the partition, the fewer.
+  held = head[7] and tonumber(head[7]) or 0
+  free = tonumber(total) - holders - (head[2] and tonumber(head[2]) or 0) - permits
+  local mine = tonumber(ARGV[1]) - held - permits
+  if mine < free then free = mine end
+else
+  free = tonumber(ARGV[1]) - holders - (head[2] and tonumber(head[2]) or 0) - permits
+end
 if free < 0 then return false end
 local id = ARGV[3]
 if permits > 1 then
@@ -69,7 +90,14 @@ if permits > 1 then
 else
   if redis.call('ZADD', KEYS[1], 'NX', score, id) == 0 then return false end
 end
-redis.call('HSET', KEYS[2], '#', token, id, token .. ':' .. now_ms .. ':' .. tail)
+if total then
+  -- (A count below 10 as its digit: a number would be formatted by sprintf.)
+  held = held + permits
+  if held < 10 then held = string.char(48 + held) end
+  redis.call('HSET', KEYS[2], '#', token, id, token .. ':' .. now_ms .. ':' .. tail, count, held, 's/' .. part, token)
+else
+  redis.call('HSET', KEYS[2], '#', token, id, token .. ':' .. now_ms .. ':' .. tail)
+end
 -- The timeouts ZSET was empty: the ZADD created it, the watermark is its TTL.
 if holders == 0 then redis.call('PEXPIREAT', KEYS[1], watermark) end
 local refused = head[6]

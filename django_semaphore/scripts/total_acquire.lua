@@ -10,7 +10,10 @@
 -- KEYS[8] (a waiter: ticket ms > 0): the caller's own wake-up list.
 -- Returns {1, token, acquired_ms, expires_ms, over limit (a dry run's caller
 -- that enforcing would have refused: 1, or 2 when its partition had room and
--- the name had none; else 0), slots, [wake TTL ms, id, grant, ...]},
+-- the name had none; else 0), slots, [wake TTL ms, id, grant, ...]}, or from
+-- the common case {1, token, acquired_ms, expires_ms, 0, slots, quiet, full}
+-- (as acquire.lua's: eight values, which a wake-up tail, a TTL and pairs,
+-- never makes),
 -- or when refused {0, estimate ms, waiters ahead, recheck ms, ticket number
 -- or '', queue full, total (1: the partition had room, the name did not),
 -- [wake TTL ms, id, grant, ...]} (see acquire.lua; the waiters granted
@@ -29,8 +32,8 @@ local part = string.match(id, '^([^/]+)/')
 local now, clock = server_ms()
 -- One read of the holds HASH: the fair counter, the permits held beyond one
 -- per holder, the waiters flag, the TTL watermark, the partition's permits,
--- when a caller was last refused.
-local head = redis.call('HMGET', KEYS[3], '#', '+', 'w', 'e', 'c/' .. part, REFUSED_FIELD)
+-- when a caller was last refused, the recent hold times.
+local head = redis.call('HMGET', KEYS[3], '#', '+', 'w', 'e', 'c/' .. part, REFUSED_FIELD, HOLDS_FIELD)
 local extra = tonumber(head[2] or '') or 0
 local held = tonumber(head[5] or '') or 0
 
@@ -44,11 +47,20 @@ local function grant(expires, fresh, over)
 end
 
 -- The common case: the HASH is whole, nobody waits, the permits are free in
--- the partition and in the name.
+-- the partition and in the name. Quiet and full as in acquire.lua: the
+-- release of a quiet grant is total_quiet_release.lua, and a grant that
+-- leaves a permit free in both sends the partition's next acquire to
+-- acquire_fast.lua.
 if head[1] and not head[3] and limit - held >= permits then
   local holders = redis.call('ZCARD', KEYS[1])
   if total - holders - extra >= permits and redis.call('ZADD', KEYS[1], 'NX', now + lease, id) == 1 then
-    return grant(now + lease, holders == 0, 0)
+    local quiet = hold_count(head[7]) >= HOLD_FIRST and permits <= MEMBERS_MAX and not numbered
+      and not (head[6] and now - tonumber(head[6]) < SAMPLE_MS)
+    local full = math.min(total - holders - extra, limit - held) - permits < 1
+    local reply = grant(now + lease, holders == 0, 0)
+    reply[7] = quiet and 1 or 0
+    reply[8] = full and 1 or 0
+    return reply
   end
 end
 

@@ -422,6 +422,7 @@ ALSO = {
     "engine/algorithms/test_quiet_release.py": "engine/algorithms/lua.py",  # one "lua" release of two
     "engine/algorithms/test_fast_acquire.py": "engine/algorithms/lua.py",  # one "lua" acquire of two
     "engine/algorithms/test_weighted_model.py": "engine/algorithms/lua.py",  # its weighted holders
+    "engine/algorithms/test_total_common_case.py": "engine/algorithms/total.py",  # TOTAL's common case
 }
 #: Scenario tests that exercise many modules together: they name no one module.
 SCENARIOS = "system"

@@ -101,12 +101,7 @@ class Lua:
             used -= 1
         reply = yield Script(ACQUIRE, script_keys, args + options[:used])
         common = reply[0] == 1 and len(reply) > 6  # granted by the common case
-        if common and reply[7] == 0:  # a permit is left free
-            if len(fast) >= FAST_MAX:
-                fast.clear()
-            fast[timeouts] = None
-        else:
-            fast.pop(timeouts, None)
+        self._next_fast(timeouts, common and reply[7] == 0)  # a permit is left free
         if reply[0] == 1:
             numbers = parse_slots(reply[5]) if request.slots else ()
             granted = Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, numbers, request.permits)
@@ -114,6 +109,16 @@ class Lua:
             return granted
         yield from wake(keys, reply, 6)
         return Refused(reply[1], reply[2], reply[3], as_str(reply[4]), reply[5] == 1)
+
+    def _next_fast(self, partition: str, fast: bool) -> None:
+        """Whether the next acquire of ``partition`` (a key of :attr:`_fast`)
+        tries the common case's script first."""
+        if not fast:
+            self._fast.pop(partition, None)
+            return
+        if len(self._fast) >= FAST_MAX:
+            self._fast.clear()
+        self._fast[partition] = None
 
     def release(
         self,
@@ -193,14 +198,20 @@ def acquire_call(
     return script_keys, args
 
 
-def fast_acquire(keys: PartitionKeys, limit: int, request: AcquireRequest) -> Operation[Granted | None]:
+def fast_acquire(
+    keys: PartitionKeys, limit: int, request: AcquireRequest, total: int | None = None
+) -> Operation[Granted | None]:
     """The common case's grant (acquire_fast.lua), or None when it does not hold:
     the caller then runs acquire.lua.  For a request of at most
-    :data:`MEMBERS_MAX` permits, without slot numbers or a ticket."""
+    :data:`MEMBERS_MAX` permits, without slot numbers or a ticket.  ``total``:
+    the TOTAL in force, for a partition of a name with TOTAL (``limit`` is the
+    partition's; the caller runs total_acquire.lua when it says no)."""
     main = keys.main
     # (A weighted request's permits travel as the record's tag, before the meta.)
     tail = request.meta_json if request.permits == 1 else f"m{request.permits}{request.meta_json}"
-    args = (limit, request.timeout_ms, request.identifier, tail)
+    args: tuple[Any, ...] = (limit, request.timeout_ms, request.identifier, tail)
+    if total is not None:
+        args += (total,)
     reply = yield Script(FAST_ACQUIRE, (main[0], main[2]), args)
     if not reply:
         return None
