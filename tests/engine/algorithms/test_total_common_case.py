@@ -53,8 +53,8 @@ def _scripts(monkeypatch):
     return ran
 
 
-def _sem(limit=3, total=5, **options):
-    return Semaphore(f"total-common-{uuid.uuid4().hex[:8]}", limit=limit, total=total, timeout=30, **options)
+def _sem(limit=3, total=5, timeout=30):
+    return Semaphore(f"total-common-{uuid.uuid4().hex[:8]}", limit=limit, total=total, timeout=timeout)
 
 
 def _warm(sem, key):
@@ -62,6 +62,19 @@ def _warm(sem, key):
     for _ in range(HOLD_FIRST):
         lease = sem.acquire(key=key)
         assert lease is not None and lease.release() is True
+
+
+def _holder_with_a_waiter(sem, wait):
+    """A quiet holder in partition "alice", and a thread whose acquire in
+    partition "bob" (waiting up to ``wait`` s) queues behind it: (holder, thread, [its lease])."""
+    _warm(sem, "alice")
+    holder = sem.acquire(key="alice")
+    assert holder._granted.quiet
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(sem.acquire(key="bob", wait=wait)))
+    waiter.start()
+    wait_until(lambda: len(sem.waiters("bob")) == 1, 5, message="bob queued")
+    return holder, waiter, got
 
 
 def _counts(raw_redis, sem, key):
@@ -248,7 +261,7 @@ def test_a_quiet_release_of_a_lease_counted_out_already_lowers_nothing(raw_redis
 
 
 def test_a_quiet_release_of_an_expired_lease_says_false_and_gives_the_permit_back(raw_redis):
-    sem = Semaphore(f"total-common-{uuid.uuid4().hex[:8]}", limit=2, total=3, timeout=1)
+    sem = _sem(limit=2, total=3, timeout=1)
     _warm(sem, "alice")
     lease = sem.acquire(key="alice")
     assert lease._granted.quiet
@@ -262,13 +275,7 @@ def test_a_quiet_release_of_an_expired_lease_says_false_and_gives_the_permit_bac
 @pytest.mark.parametrize("twin", ["sync", "async"])
 def test_a_quiet_release_serves_the_partitions_that_queued_meanwhile(raw_redis, monkeypatch, twin):
     sem = _sem(limit=1, total=1)
-    _warm(sem, "alice")
-    holder = sem.acquire(key="alice")
-    assert holder._granted.quiet
-    got = []
-    waiter = threading.Thread(target=lambda: got.append(sem.acquire(key="bob", wait=20)))
-    waiter.start()
-    wait_until(lambda: len(sem.waiters("bob")) == 1, 5, message="bob queued")
+    holder, waiter, got = _holder_with_a_waiter(sem, wait=20)
     ran = _scripts(monkeypatch)
     started = time.monotonic()
     assert (holder.release() if twin == "sync" else asyncio.run(holder.arelease())) is True
@@ -291,14 +298,8 @@ def test_a_release_cut_off_before_serving_leaves_the_permit_to_the_waiter():
     # The process dies after total_quiet_release.lua and before serve.lua: the
     # permit is free, and the waiter of the other partition takes it when it
     # looks again, at the latest when the released lease would have expired.
-    sem = Semaphore(f"total-common-{uuid.uuid4().hex[:8]}", limit=1, total=1, timeout=2)
-    _warm(sem, "alice")
-    holder = sem.acquire(key="alice")
-    assert holder._granted.quiet
-    got = []
-    waiter = threading.Thread(target=lambda: got.append(sem.acquire(key="bob", wait=10)))
-    waiter.start()
-    wait_until(lambda: len(sem.waiters("bob")) == 1, 5, message="bob queued")
+    sem = _sem(limit=1, total=1, timeout=2)
+    holder, waiter, got = _holder_with_a_waiter(sem, wait=10)
     operation = quiet_total_release(holder.keys, 1, 1, holder.identifier, holder._granted)
     request = next(operation)
     assert request.script is QUIET_RELEASE
