@@ -45,7 +45,8 @@ class Granted:
     successors: tuple[str, ...] = ()
     #: "lua": granted at once while nobody waited and no hold time was wanted
     #: (see :meth:`Lua.release <.lua.Lua.release>`), of at most 8 permits and
-    #: no slot numbers: its release is plain commands, not a script.
+    #: no slot numbers: its release is plain commands, not the release script
+    #: (with TOTAL, total_quiet_release.lua: see :mod:`.total`).
     quiet: bool = False
     #: "lua", granted by the common case: no permit was left free after it.
     full: bool = False
