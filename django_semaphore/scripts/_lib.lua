@@ -753,6 +753,13 @@ local function wake_total(now, clock, limit, total, out)
   grant_total(now, clock, limit, total, out, nil)
 end
 
+-- TOTAL: permits came free with the waiters flag set (a release): grant them
+-- (wake_total), and clear the flag once the queue is empty.
+local function serve_total(now, clock, limit, total, out)
+  wake_total(now, clock, limit, total, out)
+  if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('HDEL', KEYS[3], 'w') end
+end
+
 -- Record one hold time (ms) in the holds HASH, which must exist (it does while
 -- it holds a record: see release.lua), so the HINCRBY keeps its TTL.
 local function record_hold(ms)

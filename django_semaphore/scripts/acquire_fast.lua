@@ -63,15 +63,13 @@ if first ~= 123 then
   if permits < 2 or permits > MEMBERS_MAX then return false end
 end
 local holders = redis.call('ZCARD', KEYS[1])
-local free, held
+-- The permits left free (with TOTAL: in the name, and in the partition, the fewer).
+local free = tonumber(total or ARGV[1]) - holders - (head[2] and tonumber(head[2]) or 0) - permits
+local held
 if total then
-  -- The permits left free in the name and in the partition, the fewer.
   held = head[7] and tonumber(head[7]) or 0
-  free = tonumber(total) - holders - (head[2] and tonumber(head[2]) or 0) - permits
   local mine = tonumber(ARGV[1]) - held - permits
   if mine < free then free = mine end
-else
-  free = tonumber(ARGV[1]) - holders - (head[2] and tonumber(head[2]) or 0) - permits
 end
 if free < 0 then return false end
 local id = ARGV[3]

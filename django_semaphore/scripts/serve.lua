@@ -22,6 +22,5 @@ if not total then
 end
 
 -- (the rest of the script)
-wake_total(now, clock, tonumber(ARGV[1]), total, out)
-if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('HDEL', KEYS[3], 'w') end
+serve_total(now, clock, tonumber(ARGV[1]), total, out)
 return out

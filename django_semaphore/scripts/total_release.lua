@@ -34,6 +34,5 @@ if not found[3] then return {live and 1 or 0} end
 
 -- (the rest of the script)
 local out = {live and 1 or 0}
-wake_total(now, clock, tonumber(ARGV[2]), tonumber(ARGV[4]), out)
-if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('HDEL', KEYS[3], 'w') end
+serve_total(now, clock, tonumber(ARGV[2]), tonumber(ARGV[4]), out)
 return out
