@@ -190,6 +190,40 @@ def count_round_trips(monkeypatch):
     return sent
 
 
+def scripts_run(monkeypatch):
+    """The scripts the calling code runs from now on, by name (sync and async drivers)."""
+    from django_semaphore.backend import scripting
+
+    ran = []
+    original, aoriginal = scripting.execute, scripting.aexecute
+
+    def counting(client, request):
+        if type(request) is scripting.Script:
+            ran.append(request.script.name)
+        return original(client, request)
+
+    async def acounting(client, request):
+        if type(request) is scripting.Script:
+            ran.append(request.script.name)
+        return await aoriginal(client, request)
+
+    monkeypatch.setattr(scripting, "execute", counting)
+    monkeypatch.setattr(scripting, "aexecute", acounting)
+    return ran
+
+
+#: _lib.lua's HOLD_FIRST: releases record their hold times until this many are recorded.
+HOLD_FIRST = 8
+
+
+def warm_hold_times(sem, **kwargs):
+    """``sem.acquire(**kwargs)`` and release, HOLD_FIRST times: the hold times its
+    releases record from then on are only the ones still wanted (its grants are quiet)."""
+    for _ in range(HOLD_FIRST):
+        lease = sem.acquire(**kwargs)
+        assert lease is not None and lease.release() is True
+
+
 def queue_waiters(sem, count, wait=10):
     """``count`` threads that each ``sem.acquire(wait=wait)``, queued in order (each
     is waiting before the next starts): (the threads, {n: the lease it got})."""

@@ -22,28 +22,9 @@ from django_semaphore.backend import connection, scripting
 from django_semaphore.backend.scripting import Script
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest
 from django_semaphore.engine.algorithms.lua import FAST_ACQUIRE, MEMBERS_MAX, fast_acquire
+from tests.support.helpers import scripts_run
 
 LUA = ALGORITHMS["lua"]
-
-
-def _scripts(monkeypatch):
-    """The scripts the calling code runs from now on, by name (sync and async drivers)."""
-    ran = []
-    original, aoriginal = scripting.execute, scripting.aexecute
-
-    def counting(client, request):
-        if type(request) is Script:
-            ran.append(request.script.name)
-        return original(client, request)
-
-    async def acounting(client, request):
-        if type(request) is Script:
-            ran.append(request.script.name)
-        return await aoriginal(client, request)
-
-    monkeypatch.setattr(scripting, "execute", counting)
-    monkeypatch.setattr(scripting, "aexecute", acounting)
-    return ran
 
 
 def _state(raw_redis, keys):
@@ -71,7 +52,7 @@ def test_a_partition_granted_by_the_common_case_acquires_next_with_the_fast_scri
     backend, monkeypatch, twin
 ):
     sem = Semaphore(f"fast-next-{twin}-{backend}", limit=3, timeout=30)
-    ran = _scripts(monkeypatch)
+    ran = scripts_run(monkeypatch)
 
     async def both():
         if twin == "sync":
@@ -93,7 +74,7 @@ def test_the_fast_script_writes_what_acquire_lua_writes(raw_redis, monkeypatch):
     sem = Semaphore("fast-writes", limit=5, timeout=30)
     keys = sem.partition()
     first, second = sem.acquire(), sem.acquire()  # acquire.lua: full path, then its common case
-    ran = _scripts(monkeypatch)
+    ran = scripts_run(monkeypatch)
     third = sem.acquire(meta={"job": 7})
     assert ran == ["acquire_fast"]
     for lease in (second, third):
@@ -116,7 +97,7 @@ def test_a_weighted_grant_of_up_to_8_permits_is_members_and_given_back_whole(raw
     keys = sem.partition()
     sem.acquire().release()
     sem.acquire().release()
-    ran = _scripts(monkeypatch)
+    ran = scripts_run(monkeypatch)
     lease = sem.acquire(permits=3)
     assert ran == ["acquire_fast"] and lease.permits == 3
     members = raw_redis.zrange(keys.timeouts, 0, -1, withscores=True)
@@ -202,7 +183,7 @@ def test_a_grant_of_the_last_permit_or_a_refusal_takes_the_partition_off(backend
     timeouts = sem.partition().timeouts
     sem.acquire().release()
     sem.acquire().release()  # the common case, a permit left: the next acquire tries the fast script
-    ran = _scripts(monkeypatch)
+    ran = scripts_run(monkeypatch)
     first = sem.acquire()  # a permit left
     second = sem.acquire()  # the last one: the partition goes off
     assert sem.acquire() is None  # straight to acquire.lua: one round trip
@@ -228,7 +209,7 @@ def test_requests_the_common_case_cannot_serve_go_to_acquire_lua(backend, monkey
     sem = Semaphore(f"fast-not-for-these-{backend}", limit=20, timeout=30, slots=True)
     sem.acquire().release()
     sem.acquire().release()
-    ran = _scripts(monkeypatch)
+    ran = scripts_run(monkeypatch)
     numbered = sem.acquire()
     assert numbered.slots == (0,)
     heavy = sem.acquire(permits=9)  # more than 8: counted in the HASH

@@ -28,17 +28,16 @@ from django_semaphore.backend.keys import glob_escape
 from django_semaphore.backend.scripting import Pipe, execute
 from django_semaphore.engine.algorithms import ALGORITHMS
 from django_semaphore.engine.algorithms.lua import quiet_release
-from tests.support.helpers import count_round_trips, queue_waiters, server_ms, wait_until
+from tests.support.helpers import (
+    HOLD_FIRST,
+    count_round_trips,
+    queue_waiters,
+    server_ms,
+    wait_until,
+    warm_hold_times,
+)
 
 LUA = ALGORITHMS["lua"]
-HOLD_FIRST = 8  # _lib.lua: releases record their hold times until this many are recorded
-
-
-def _warm(sem, **kwargs):
-    """Cycles enough for the partition to have HOLD_FIRST hold times recorded."""
-    for _ in range(HOLD_FIRST):
-        lease = sem.acquire(**kwargs)
-        assert lease is not None and lease.release() is True
 
 
 def _recorded(raw_redis, keys):
@@ -67,7 +66,7 @@ def test_a_quiet_lease_is_given_back_with_plain_commands_in_one_round_trip(monke
     assert first.release() is True
     assert sent == ["EVALSHA"]
     monkeypatch.undo()
-    _warm(sem)
+    warm_hold_times(sem)
     lease = sem.acquire()
     other = sem.acquire()
     assert lease is not None and other is not None and lease._granted.quiet
@@ -88,7 +87,7 @@ def test_a_numbered_lease_is_released_by_the_script(monkeypatch):
     # The slot bitmap is written with a condition (SETBIT must not create the
     # bitmap without its TTL): a script's job.
     sem = Semaphore("quiet-not-slots", limit=4, timeout=30, slots=True)
-    _warm(sem)
+    warm_hold_times(sem)
     lease = sem.acquire()
     assert lease is not None and not lease._granted.quiet
     sent = count_round_trips(monkeypatch)
@@ -106,7 +105,7 @@ def test_a_holder_of_more_than_8_permits_is_counted_in_the_hash_and_released_by_
     # script lowers (a HINCRBY could create an expired HASH without a TTL).
     sem = Semaphore("quiet-not-heavy", limit=20, timeout=30)
     keys = sem.partition()
-    _warm(sem)
+    warm_hold_times(sem)
     heavy = sem.acquire(permits=9)
     light = sem.acquire(permits=8)
     assert heavy is not None and light is not None
@@ -131,7 +130,7 @@ def test_a_weighted_quiet_lease_gives_every_permit_back_in_one_round_trip(monkey
     # command can create a key without its TTL.
     sem = Semaphore(f"quiet-weighted-{twin}", limit=5, timeout=30)
     keys = sem.partition()
-    _warm(sem, permits=3)
+    warm_hold_times(sem, permits=3)
     lease = sem.acquire(permits=3)
     other = sem.acquire(permits=2)
     assert lease is not None and other is not None and lease._granted.quiet
@@ -156,7 +155,7 @@ def test_a_weighted_quiet_lease_gives_every_permit_back_in_one_round_trip(monkey
 
 def test_a_quiet_release_of_an_expired_lease_says_false(raw_redis):
     sem = Semaphore("quiet-expired", limit=2, timeout=1)
-    _warm(sem)
+    warm_hold_times(sem)
     lease = sem.acquire()
     assert lease is not None and lease._granted.quiet
 
@@ -171,7 +170,7 @@ def test_a_refreshed_quiet_lease_is_live_until_its_new_expiry(raw_redis):
     """The quiet release judges liveness by the expiry the holder was told last:
     its refresh's, not its grant's."""
     sem = Semaphore("quiet-refreshed", limit=2, timeout=2)
-    _warm(sem)
+    warm_hold_times(sem)
     lease = sem.acquire()
     assert lease is not None and lease._granted.quiet
     granted_until = lease.expires_ms
@@ -187,7 +186,7 @@ def test_a_refreshed_quiet_lease_is_live_until_its_new_expiry(raw_redis):
 def test_a_quiet_release_serves_the_waiters_that_queued_meanwhile(monkeypatch, raw_redis, twin):
     sem = Semaphore(f"quiet-serves-{twin}", limit=1, timeout=30)
     keys = sem.partition()
-    _warm(sem)
+    warm_hold_times(sem)
     holder = sem.acquire()
     assert holder is not None and holder._granted.quiet
     threads, got = queue_waiters(sem, 2)
@@ -218,7 +217,7 @@ def test_a_release_cut_off_before_serving_leaves_the_permit_to_the_waiter(raw_re
     # latest when the released lease would have expired (its recheck time).
     sem = Semaphore("quiet-cut", limit=1, timeout=2)
     keys = sem.partition()
-    _warm(sem)
+    warm_hold_times(sem)
     holder = sem.acquire()
     assert holder is not None and holder._granted.quiet
     got = []
@@ -242,7 +241,7 @@ def test_the_plain_commands_touch_only_the_partitions_lease_keys(raw_redis, redi
     # only the timeouts ZSET and the holds HASH, the release goes through.
     sem = Semaphore("quiet-acl", limit=2, timeout=30)
     keys = sem.partition()
-    _warm(sem)
+    warm_hold_times(sem)
     lease = sem.acquire()
     assert lease is not None and lease._granted.quiet
     user = "quiet-acl-user"

@@ -28,46 +28,17 @@ from django_semaphore.backend import connection, scripting
 from django_semaphore.engine.algorithms import AcquireRequest
 from django_semaphore.engine.algorithms.lua import FAST_ACQUIRE, fast_acquire
 from django_semaphore.engine.algorithms.total import QUIET_RELEASE, TotalLua, quiet_total_release
-from tests.support.helpers import expire_now, server_ms, wait_until
-
-HOLD_FIRST = 8  # _lib.lua: releases record their hold times until this many are recorded
-
-
-def _scripts(monkeypatch):
-    """The scripts the calling code runs from now on, by name (sync and async drivers)."""
-    ran = []
-    original, aoriginal = scripting.execute, scripting.aexecute
-
-    def counting(client, request):
-        if type(request) is scripting.Script:
-            ran.append(request.script.name)
-        return original(client, request)
-
-    async def acounting(client, request):
-        if type(request) is scripting.Script:
-            ran.append(request.script.name)
-        return await aoriginal(client, request)
-
-    monkeypatch.setattr(scripting, "execute", counting)
-    monkeypatch.setattr(scripting, "aexecute", acounting)
-    return ran
+from tests.support.helpers import HOLD_FIRST, expire_now, scripts_run, server_ms, wait_until, warm_hold_times
 
 
 def _sem(limit=3, total=5, timeout=30):
     return Semaphore(f"total-common-{uuid.uuid4().hex[:8]}", limit=limit, total=total, timeout=timeout)
 
 
-def _warm(sem, key):
-    """Cycles enough for the name to record HOLD_FIRST hold times: the next grants are quiet."""
-    for _ in range(HOLD_FIRST):
-        lease = sem.acquire(key=key)
-        assert lease is not None and lease.release() is True
-
-
 def _holder_with_a_waiter(sem, wait):
     """A quiet holder in partition "alice", and a thread whose acquire in
     partition "bob" (waiting up to ``wait`` s) queues behind it: (holder, thread, [its lease])."""
-    _warm(sem, "alice")
+    warm_hold_times(sem, key="alice")
     holder = sem.acquire(key="alice")
     assert holder._granted.quiet
     got = []
@@ -106,7 +77,7 @@ def _fast(sem, key, total, permits=1):
 @pytest.mark.parametrize("twin", ["sync", "async"])
 def test_a_partition_the_common_case_granted_acquires_next_with_the_fast_script(raw_redis, monkeypatch, twin):
     sem = _sem(limit=4, total=6)
-    ran = _scripts(monkeypatch)
+    ran = scripts_run(monkeypatch)
 
     async def acquire_three():
         if twin == "sync":
@@ -161,7 +132,7 @@ def test_the_fast_script_counts_against_the_total_in_force(monkeypatch):
     sem.override(total=2)
     try:
         wait_until(lambda: sem.effective().total == 2)
-        ran = _scripts(monkeypatch)
+        ran = scripts_run(monkeypatch)
         assert sem.acquire(key="alice") is None
         assert ran == ["acquire_fast", "total_acquire"]
     finally:
@@ -173,7 +144,7 @@ def test_the_fast_script_counts_against_the_total_in_force(monkeypatch):
 def test_a_grant_that_fills_the_partition_or_the_name_takes_the_partition_off(monkeypatch):
     sem = _sem(limit=3, total=3)
     sem.acquire(key="alice").release()
-    ran = _scripts(monkeypatch)
+    ran = scripts_run(monkeypatch)
     first = sem.acquire(key="alice")  # the common case, two permits left
     second = sem.acquire(key="alice")  # fast, one left
     third = sem.acquire(key="alice")  # fast, the last one: the partition goes off
@@ -195,7 +166,7 @@ def test_a_weighted_fast_grant_counts_its_permits_in_the_partition(raw_redis, mo
     sem = _sem(limit=5, total=6)
     sem.acquire(key="alice").release()
     sem.acquire(key="alice").release()
-    ran = _scripts(monkeypatch)
+    ran = scripts_run(monkeypatch)
     lease = sem.acquire(key="alice", permits=3)
     assert ran == ["acquire_fast"] and lease.permits == 3
     keys = sem.partition("alice")
@@ -213,11 +184,11 @@ def test_a_quiet_lease_is_given_back_by_its_own_script_and_lowers_the_partitions
     raw_redis, monkeypatch, twin
 ):
     sem = _sem(limit=3, total=5)
-    _warm(sem, "alice")
+    warm_hold_times(sem, key="alice")
     first, second = sem.acquire(key="alice"), sem.acquire(key="alice", permits=2)
     assert first._granted.quiet and second._granted.quiet
     assert _counts(raw_redis, sem, "alice") == (3, second.token)
-    ran = _scripts(monkeypatch)
+    ran = scripts_run(monkeypatch)
 
     def release(lease):
         return lease.release() if twin == "sync" else asyncio.run(lease.arelease())
@@ -241,7 +212,7 @@ def test_a_quiet_release_of_a_lease_counted_out_already_lowers_nothing(raw_redis
     # its holder's own release must not give it back again, or the partition
     # would count one permit fewer than its holders hold and admit one more.
     sem = _sem(limit=2, total=5)
-    _warm(sem, "alice")
+    warm_hold_times(sem, key="alice")
     lost, kept = sem.acquire(key="alice"), sem.acquire(key="alice")
     assert lost._granted.quiet
     if gone == "force-released":
@@ -262,7 +233,7 @@ def test_a_quiet_release_of_a_lease_counted_out_already_lowers_nothing(raw_redis
 
 def test_a_quiet_release_of_an_expired_lease_says_false_and_gives_the_permit_back(raw_redis):
     sem = _sem(limit=2, total=3, timeout=1)
-    _warm(sem, "alice")
+    warm_hold_times(sem, key="alice")
     lease = sem.acquire(key="alice")
     assert lease._granted.quiet
     wait_until(lambda: server_ms(raw_redis) > lease.expires_ms, 5, message="the lease expired")
@@ -276,7 +247,7 @@ def test_a_quiet_release_of_an_expired_lease_says_false_and_gives_the_permit_bac
 def test_a_quiet_release_serves_the_partitions_that_queued_meanwhile(raw_redis, monkeypatch, twin):
     sem = _sem(limit=1, total=1)
     holder, waiter, got = _holder_with_a_waiter(sem, wait=20)
-    ran = _scripts(monkeypatch)
+    ran = scripts_run(monkeypatch)
     started = time.monotonic()
     assert (holder.release() if twin == "sync" else asyncio.run(holder.arelease())) is True
     # The quiet release found the waiters flag; serve.lua granted bob's
@@ -316,7 +287,7 @@ def test_a_release_cut_off_before_serving_leaves_the_permit_to_the_waiter():
 def test_the_quiet_release_touches_only_the_names_lease_keys(raw_redis):
     # Two declared keys, one hash slot: what a cluster node needs.
     sem = _sem()
-    _warm(sem, "alice")
+    warm_hold_times(sem, key="alice")
     lease = sem.acquire(key="alice")
     assert lease._granted.quiet
     operation = TotalLua(lambda: 5).release(lease.keys, 3, lease.identifier, lease._granted)
