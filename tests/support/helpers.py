@@ -216,6 +216,17 @@ def scripts_run(monkeypatch):
 HOLD_FIRST = 8
 
 
+def lease_keys_state(raw_redis, keys):
+    """What a partition's lease keys hold: the timeouts ZSET's entries and scores,
+    the holds HASH's fields, and whether each key has a TTL.  By content, not by
+    ``DUMP``: a hashtable-encoded HASH's dump moves with its incremental rehashing."""
+    return (
+        raw_redis.zrange(keys.timeouts, 0, -1, withscores=True),
+        raw_redis.hgetall(keys.holds),
+        [raw_redis.pttl(key) > 0 for key in (keys.timeouts, keys.holds)],
+    )
+
+
 def warm_hold_times(sem, **kwargs):
     """``sem.acquire(**kwargs)`` and release, HOLD_FIRST times: the hold times its
     releases record from then on are only the ones still wanted (its grants are quiet)."""

@@ -22,14 +22,9 @@ from django_semaphore.backend import connection, scripting
 from django_semaphore.backend.scripting import Script
 from django_semaphore.engine.algorithms import ALGORITHMS, AcquireRequest
 from django_semaphore.engine.algorithms.lua import FAST_ACQUIRE, MEMBERS_MAX, fast_acquire
-from tests.support.helpers import scripts_run
+from tests.support.helpers import lease_keys_state, scripts_run
 
 LUA = ALGORITHMS["lua"]
-
-
-def _state(raw_redis, keys):
-    """What the partition's holder keys hold (DUMP compares their contents and encodings)."""
-    return {key: (raw_redis.dump(key), raw_redis.pttl(key) > 0) for key in (keys.timeouts, keys.holds)}
 
 
 def _fast(sem, identifier, permits=1):
@@ -157,9 +152,9 @@ def test_anything_unusual_falls_through_before_writing_and_acquire_lua_decides(r
         raw_redis.hset(keys.holds, "#", "9999999999999998")
     elif case == "identifier there":
         identifier = holder.identifier
-    before = _state(raw_redis, keys)
+    before = lease_keys_state(raw_redis, keys)
     assert _fast(sem, identifier) is None
-    assert _state(raw_redis, keys) == before  # nothing written
+    assert lease_keys_state(raw_redis, keys) == before  # nothing written
     # The engine's acquire gets acquire.lua's outcome.
     if case == "no room":
         assert sem.acquire() is None
@@ -236,9 +231,9 @@ def test_the_fast_script_leaves_any_other_permits_tag_to_acquire_lua(raw_redis, 
     keys = sem.partition()
     sem.acquire().release()
     sem.acquire().release()  # the partition is the common case's
-    before = _state(raw_redis, keys)
+    before = lease_keys_state(raw_redis, keys)
     args = (sem.config.limit, sem.config.timeout_ms, "someone", tail)
     sent = Script(FAST_ACQUIRE, (keys.main[0], keys.main[2]), args)
     reply = scripting.execute(connection.get_client(), sent)
     assert not reply
-    assert _state(raw_redis, keys) == before  # nothing written
+    assert lease_keys_state(raw_redis, keys) == before  # nothing written

@@ -28,7 +28,15 @@ from django_semaphore.backend import connection, scripting
 from django_semaphore.engine.algorithms import AcquireRequest
 from django_semaphore.engine.algorithms.lua import FAST_ACQUIRE, fast_acquire
 from django_semaphore.engine.algorithms.total import QUIET_RELEASE, TotalLua, quiet_total_release
-from tests.support.helpers import HOLD_FIRST, expire_now, scripts_run, server_ms, wait_until, warm_hold_times
+from tests.support.helpers import (
+    HOLD_FIRST,
+    expire_now,
+    lease_keys_state,
+    scripts_run,
+    server_ms,
+    wait_until,
+    warm_hold_times,
+)
 
 
 def _sem(limit=3, total=5, timeout=30):
@@ -53,11 +61,6 @@ def _counts(raw_redis, sem, key):
     keys = sem.partition(key)
     held, served = raw_redis.hmget(keys.holds, f"c/{keys.part}", f"s/{keys.part}")
     return (int(held) if held is not None else None), (int(served) if served is not None else None)
-
-
-def _state(raw_redis, keys):
-    """What the name's lease keys hold (by content: a HASH's DUMP moves with its rehashing)."""
-    return raw_redis.zrange(keys.timeouts, 0, -1, withscores=True), raw_redis.hgetall(keys.holds)
 
 
 def _fast(sem, key, total, permits=1):
@@ -115,9 +118,9 @@ def test_the_fast_script_grants_only_within_the_partitions_limit_and_the_total(r
         held += [sem.acquire(key="bob"), sem.acquire(key="carol")]
     assert all(held)
     keys = sem.partition("alice")
-    before = _state(raw_redis, keys)
+    before = lease_keys_state(raw_redis, keys)
     assert _fast(sem, "alice", 3) is None
-    assert _state(raw_redis, keys) == before  # nothing written
+    assert lease_keys_state(raw_redis, keys) == before  # nothing written
     assert sem.acquire(key="alice") is None  # total_acquire.lua decides
     for lease in held:
         assert lease.release() is True
