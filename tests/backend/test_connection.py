@@ -364,6 +364,9 @@ def test_a_cluster_that_went_down_raises_backend_error(settings):
         finally:
             for client in connection._async_clients.values():
                 loop.run_until_complete(client.aclose())
+            # As asyncio.run() does: the loop finalizes the client's closer before it closes
+            # (dropped after, its aclose() would be scheduled on a loop that never runs it).
+            loop.run_until_complete(loop.shutdown_asyncgens())
             connection.reset()
             loop.close()
 
