@@ -10,7 +10,7 @@ DEMO_STAMP := $(VENV)/.demo-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install test test-redis62 lint typecheck matrix demo screenshots bench docs clean
+.PHONY: install test test-redis62 test-newest lint typecheck matrix demo screenshots bench docs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,19 @@ space := $(empty) $(empty)
 MATRIX_PATH := $(subst $(space),:,$(strip $(foreach v,3.11 3.12 3.13,$(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(v).*/bin))))))
 matrix: $(STAMP)
 	PATH="$(MATRIX_PATH):$$PATH" $(BIN)/nox -f noxfile.py $(NOX_ARGS) -- $(PYTEST_ARGS)
+
+# The Django-facing tests on the newest Django and the newest Python, with deprecations
+# as errors (noxfile.py's `newest` session, a virtualenv of its own under .nox/): the
+# web layer under real servers, the admin in Chromium, checks, settings, commands,
+# Celery, metrics, DRF and django.tasks. CI runs it after make test (about 11 minutes
+# with its install); NEWEST_TESTS=tests runs the whole suite there (about 25).
+NEWEST_TESTS ?= tests/web tests/management tests/config tests/contrib tests/ops \
+	tests/test_admin.py tests/test_checks.py tests/test_apps.py tests/test_models.py tests/test_signals.py tests/test_api.py \
+	tests/system/test_admin_browser.py tests/system/test_hostile_admin.py tests/system/test_web_browser.py \
+	tests/system/test_runtime_control_browser.py tests/system/test_servers.py tests/system/test_faults_web.py \
+	tests/system/test_drf.py tests/system/test_django_tasks.py tests/system/test_celery_worker.py tests/system/test_demo.py
+test-newest: $(STAMP)
+	PATH="$(MATRIX_PATH):$$PATH" $(BIN)/nox -f noxfile.py -s newest -- -q $(NEWEST_TESTS) $(PYTEST_ARGS)
 
 # Serves testproject on http://$(HOST):$(PORT)/ (an embedded Redis unless REDIS_URL is set).
 demo: $(DEMO_STAMP)

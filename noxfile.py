@@ -55,10 +55,26 @@ NEWEST = "6.1"
 COMBINATIONS = [(python, django) for django, (_, pythons) in DJANGO.items() for python in pythons]
 
 
+# `make matrix` runs the nine tests(...) sessions; `newest` only when named.
+nox.options.sessions = ["tests"]
+
+
 @nox.session
 @nox.parametrize(("python", "django"), COMBINATIONS, ids=[f"{p}-django{d}" for p, d in COMBINATIONS])
 def tests(session, django):
     """The suite on one Django version and one Python."""
+    _suite(session, django)
+
+
+@nox.session(python=DJANGO[NEWEST][1][-1])
+def newest(session):
+    """The newest Django on the newest Python, deprecations as errors: the
+    tests(...) session of that pair, which CI runs (``make test-newest``)."""
+    _suite(session, NEWEST)
+
+
+def _suite(session, django):
+    """Install the package with ``django``'s pins into the session and run pytest."""
     session.install("-e", ".[test,prometheus,hiredis]", *DJANGO[django][0])
     session.run(
         "python",
