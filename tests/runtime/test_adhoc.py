@@ -19,6 +19,7 @@ from django_semaphore.backend.keys import adhoc_key, name_hash
 from django_semaphore.config import settings as conf
 from django_semaphore.ops import monitor
 from django_semaphore.runtime import adhoc, stats
+from tests.support.helpers import wait_until
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -107,7 +108,13 @@ def test_a_record_with_an_infinite_number_is_malformed_not_fatal(backend_redis, 
         record = {"name": "crawler-inf", "limit": 2, "timeout": 30, "until": 0, "total": None}
         text = json.dumps({**record, field: 0}).replace(f'"{field}": 0', f'"{field}": 1e400')
         digest = name_hash("crawler-inf")
-        backend_redis.hset(adhoc_key(conf.setting("SEMAPHORE_KEY_PREFIX")), digest, text)
+        key = adhoc_key(conf.setting("SEMAPHORE_KEY_PREFIX"))
+        # This process's own record of the acquire goes first (the flush sends it once; the
+        # control poller's flush may be sending it already): written after it, the malformed
+        # one is what stays, not overwritten by a flush that comes later.
+        stats.flush()
+        wait_until(lambda: backend_redis.hexists(key, digest), 10, message="the acquire's own record sent")
+        backend_redis.hset(key, digest, text)
         assert adhoc.Entry.parse(digest, text) is None
         names = [summary.name for summary in monitor.read_all()]
         assert "reports" in names and "crawler-inf" not in names  # the record is malformed
