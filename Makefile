@@ -10,7 +10,7 @@ DEMO_STAMP := $(VENV)/.demo-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install test test-redis62 test-newest lint typecheck matrix demo screenshots bench docs clean
+.PHONY: install test test-redis62 test-newest test-oldest lint typecheck matrix demo screenshots bench docs clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,14 @@ NEWEST_TESTS ?= tests/web tests/management tests/config tests/contrib tests/ops 
 	tests/system/test_drf.py tests/system/test_django_tasks.py tests/system/test_celery_worker.py tests/system/test_demo.py
 test-newest: $(STAMP)
 	PATH="$(MATRIX_PATH):$$PATH" $(BIN)/nox -f noxfile.py -s newest -- -q $(NEWEST_TESTS) $(PYTEST_ARGS)
+
+# The engine, web, scheduling and control tests (those of test-redis62), the connection
+# options and Celery, with every dependency at the lowest release setup.cfg allows, on
+# Python 3.11 (noxfile.py's `oldest` session): the lower bounds, which every other target
+# installs past. CI runs it; OLDEST_TESTS=tests runs the whole suite there (about 18 minutes).
+OLDEST_TESTS ?= $(REDIS62_TESTS) tests/backend/test_connection.py tests/contrib tests/system/test_celery_worker.py
+test-oldest: $(STAMP)
+	PATH="$(MATRIX_PATH):$$PATH" $(BIN)/nox -f noxfile.py -s oldest -- -q $(OLDEST_TESTS) $(PYTEST_ARGS)
 
 # Serves testproject on http://$(HOST):$(PORT)/ (an embedded Redis unless REDIS_URL is set).
 demo: $(DEMO_STAMP)

@@ -55,7 +55,7 @@ NEWEST = "6.1"
 COMBINATIONS = [(python, django) for django, (_, pythons) in DJANGO.items() for python in pythons]
 
 
-# `make matrix` runs the nine tests(...) sessions; `newest` only when named.
+# `make matrix` runs the nine tests(...) sessions; `newest` and `oldest` only when named.
 nox.options.sessions = ["tests"]
 
 
@@ -73,9 +73,34 @@ def newest(session):
     _suite(session, NEWEST)
 
 
+@nox.session(python="3.11")
+def oldest(session):
+    """Every dependency at the lowest release setup.cfg allows, on the oldest
+    Python: the bounds that the other sessions, which install the newest
+    releases, never try (``make test-oldest``, which CI runs)."""
+    _suite(session, None)
+
+
+def _floors():
+    """The ``>=`` bound of each runtime dependency in setup.cfg (install_requires,
+    the hiredis, prometheus and celery extras, and Django REST framework of the
+    test extra), pinned: ``redis>=7.2`` gives ``redis==7.2``."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(os.path.dirname(__file__), "setup.cfg"))
+    extras = config["options.extras_require"]
+    wanted = config["options"]["install_requires"].split()
+    for extra in ("hiredis", "prometheus", "celery"):
+        wanted += extras[extra].split()
+    wanted += [line for line in extras["test"].split() if line.startswith("djangorestframework")]
+    return [line.replace(">=", "==") for line in wanted]
+
+
 def _suite(session, django):
-    """Install the package with ``django``'s pins into the session and run pytest."""
-    session.install("-e", ".[test,prometheus,hiredis]", *DJANGO[django][0])
+    """Install the package with ``django``'s pins (None: every dependency at its
+    floor) into the session and run pytest."""
+    session.install("-e", ".[test,prometheus,hiredis]", *(DJANGO[django][0] if django else _floors()))
     session.run(
         "python",
         "-c",

@@ -380,10 +380,14 @@ class RedisSentinelServers:
             for port in self.sentinel_ports:
                 with self._sentinel_client(port) as client:
                     replicas = client.execute_command("SENTINEL REPLICAS", self.service)
-                    good = [
-                        r
+                    # (A dict per replica; a flat list of pairs from a redis-py that
+                    # has no reply callback for SENTINEL REPLICAS.)
+                    found = [
+                        r if isinstance(r, dict) else dict(zip(r[::2], r[1::2], strict=True))
                         for r in replicas
-                        if r.get("flags") == "slave" and r.get("master-link-status") == "ok"
+                    ]
+                    good = [
+                        r for r in found if r.get("flags") == "slave" and r.get("master-link-status") == "ok"
                     ]
                     if len(good) < len(self.replicas):
                         return False
