@@ -63,14 +63,14 @@ nox.options.sessions = ["tests"]
 @nox.parametrize(("python", "django"), COMBINATIONS, ids=[f"{p}-django{d}" for p, d in COMBINATIONS])
 def tests(session, django):
     """The suite on one Django version and one Python."""
-    _suite(session, django)
+    _suite(session, DJANGO[django][0], strict=django == NEWEST)
 
 
 @nox.session(python=DJANGO[NEWEST][1][-1])
 def newest(session):
     """The newest Django on the newest Python, deprecations as errors: the
     tests(...) session of that pair, which CI runs (``make test-newest``)."""
-    _suite(session, NEWEST)
+    _suite(session, DJANGO[NEWEST][0], strict=True)
 
 
 @nox.session(python="3.11")
@@ -78,7 +78,7 @@ def oldest(session):
     """Every dependency at the lowest release setup.cfg allows, on the oldest
     Python: the bounds that the other sessions, which install the newest
     releases, never try (``make test-oldest``, which CI runs)."""
-    _suite(session, None)
+    _suite(session, _floors(), strict=False)
 
 
 def _floors():
@@ -97,10 +97,10 @@ def _floors():
     return [line.replace(">=", "==") for line in wanted]
 
 
-def _suite(session, django):
-    """Install the package with ``django``'s pins (None: every dependency at its
-    floor) into the session and run pytest."""
-    session.install("-e", ".[test,prometheus,hiredis]", *(DJANGO[django][0] if django else _floors()))
+def _suite(session, pins, strict):
+    """Install the package with ``pins`` into the session and run pytest (``strict``:
+    DeprecationWarning and PendingDeprecationWarning as errors)."""
+    session.install("-e", ".[test,prometheus,hiredis]", *pins)
     session.run(
         "python",
         "-c",
@@ -120,6 +120,6 @@ def _suite(session, django):
         session.run("redis-server", "--version")
     # A test database of its own: the sessions may run beside another suite run.
     test_db = os.path.join(session.create_tmp(), "test-db.sqlite3")
-    strict = ["-W", "error::DeprecationWarning", "-W", "error::PendingDeprecationWarning"]
-    args = (strict if django == NEWEST else []) + (session.posargs or ["-q"])
+    errors = ["-W", "error::DeprecationWarning", "-W", "error::PendingDeprecationWarning"]
+    args = (errors if strict else []) + (session.posargs or ["-q"])
     session.run("python", "-m", "pytest", *args, env={"SEMAPHORE_TEST_DB": test_db})
