@@ -380,8 +380,8 @@ class RedisSentinelServers:
             for port in self.sentinel_ports:
                 with self._sentinel_client(port) as client:
                     replicas = client.execute_command("SENTINEL REPLICAS", self.service)
-                    # (A dict per replica; a flat list of pairs from a redis-py that
-                    # has no reply callback for SENTINEL REPLICAS.)
+                    # (A dict per replica over RESP3, redis-py 8's default; over RESP2,
+                    # 7.x's, a flat list of pairs: no redis-py parses this reply.)
                     found = [
                         r if isinstance(r, dict) else dict(zip(r[::2], r[1::2], strict=True))
                         for r in replicas
