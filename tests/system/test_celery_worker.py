@@ -140,6 +140,10 @@ def start_worker(app, subprocess_env, broker_url, tmp_path, raw_redis, rec):
     yield start
     for worker in workers:
         worker.stop()
+        # Printed at teardown, so pytest shows it with a failed test's report only: what the
+        # worker saw (received, ignored, WorkerLostError...) when a wait above timed out.
+        if worker.process is not None:
+            print(f"--- {worker.log_path.name} (pid {worker.process.pid}) ---\n{worker.output()[-12000:]}")
     # Messages a failed test left in the queue (re-sent parked tasks, with tickets under its key
     # prefix) would run in the next test's worker: none survive the test.
     client = redis.Redis.from_url(broker_url)
