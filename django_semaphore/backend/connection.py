@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import threading
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -211,9 +211,10 @@ def _async_from_sync(sync_client: Any) -> Any:
             errors = cast("tuple[type[RedisError], ...]", chosen._supported_errors)  # as they were given
             given["retry"] = AsyncRetry(chosen._backoff, chosen.get_retries(), errors)
         sentinel_kwargs = {**given, **_sentinel_defaults(given, pool, AsyncRetry)}
-        return Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **kwargs).master_for(  # type: ignore[no-untyped-call]
-            pool.service_name, max_connections=pool.max_connections
-        )
+        # Typed from redis-py 8.2 on, untyped before: called through a typed name either way.
+        sentinel_class: Callable[..., Any] = Sentinel
+        sentinel = sentinel_class(sentinels, sentinel_kwargs=sentinel_kwargs, **kwargs)
+        return sentinel.master_for(pool.service_name, max_connections=pool.max_connections)
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _ASYNC_KWARGS}
     if "path" in pool.connection_kwargs:
         kwargs["unix_socket_path"] = pool.connection_kwargs["path"]
