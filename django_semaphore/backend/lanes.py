@@ -56,7 +56,6 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from redis.connection import PythonRespSerializer
 from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 from redis.utils import HIREDIS_AVAILABLE
 
@@ -355,30 +354,36 @@ def _checked(replies: list[Any], raise_on_error: bool) -> list[Any]:
     return replies
 
 
-def _packer(pool: Any, hiredis_packs: bool) -> Packer:
-    """Pack as the pool's connections do: with hiredis where redis-py packs with it
-    (``hiredis_packs``: sync connections, when redis-py found it; it encodes text
-    as UTF-8 whatever the encoding), else with the pool's encoder (asyncio
-    connections always pack so; with UTF-8, strict, both give the same bytes)."""
+def _packer(pool: Any) -> Packer:
+    """Pack as the pool's connections do.
+
+    With UTF-8, strict (redis-py's default), every redis-py release gives the
+    bytes that hiredis's ``pack_command`` gives, called here directly, the
+    fastest. With any other encoding the releases differ: before 8.2 a sync
+    connection packed with hiredis and sent text as UTF-8 whatever the
+    encoding, an asyncio one with the pool's encoder; from 8.2 on both encode
+    with the pool's encoder first. So a connection of the pool's class, built
+    but never connected, packs those: its own packer, whatever the release.
+    """
     kwargs = pool.connection_kwargs
     utf8 = (
         kwargs.get("encoding", "utf-8") in ("utf-8", "utf8")
         and kwargs.get("encoding_errors", "strict") == "strict"
     )
-    if HIREDIS_AVAILABLE and (hiredis_packs or utf8):
+    if HIREDIS_AVAILABLE and utf8:
         from hiredis import pack_command
 
         def pack(command: tuple[Any, ...]) -> list[bytes]:
             return [pack_command(command)]
 
         return pack
-    packer = PythonRespSerializer(6000, pool.get_encoder().encode)  # redis-py's buffer cut-off
+    connection = pool.connection_class(**kwargs)
 
-    def pack_python(command: tuple[Any, ...]) -> list[bytes]:
-        chunks: list[bytes] = packer.pack(*command)  # type: ignore[no-untyped-call]
+    def pack_as_redis_py(command: tuple[Any, ...]) -> list[bytes]:
+        chunks: list[bytes] = connection.pack_command(*command)
         return chunks
 
-    return pack_python
+    return pack_as_redis_py
 
 
 def _make(client: Any) -> Lane | AsyncLane | None:
@@ -397,8 +402,8 @@ def _make(client: Any) -> Lane | AsyncLane | None:
             # redis-py's asyncio Sentinel pool cannot say whether a connection
             # still points at the master (its owns_connection() fails).
             return None
-        return AsyncLane(pool, _packer(pool, hiredis_packs=False))
-    return Lane(pool, _packer(pool, hiredis_packs=True))
+        return AsyncLane(pool, _packer(pool))
+    return Lane(pool, _packer(pool))
 
 
 def _lane_of(client: Any) -> Lane | AsyncLane | None:

@@ -163,7 +163,7 @@ def test_commands_are_packed_as_redis_py_packs_them(server, encoding):
     pool = client.connection_pool
     command = ("EVALSHA", "ab" * 20, 2, "k1", "ké", 1.5, -3, 10**20, b"\xff", "é")
     borrowed = pool.get_connection()
-    packed = b"".join(lanes._packer(pool, hiredis_packs=True)(command))
+    packed = b"".join(lanes._packer(pool)(command))
     assert packed == b"".join(borrowed.pack_command(*command))
     pool.release(borrowed)
     client.close()
@@ -312,7 +312,7 @@ async def test_async_commands_are_packed_as_redis_py_packs_them(server, encoding
     pool = client.connection_pool
     command = ("EVALSHA", "ab" * 20, 2, "k1", "ké", 1.5, -3, 10**20, b"\xff", "é")
     borrowed = await pool.get_connection()
-    packed = b"".join(lanes._packer(pool, hiredis_packs=False)(command))
+    packed = b"".join(lanes._packer(pool)(command))
     assert packed == b"".join(borrowed.pack_command(*command))
     await pool.release(borrowed)
     await client.aclose()
