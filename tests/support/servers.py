@@ -80,6 +80,27 @@ def free_cluster_port() -> int:
     raise RuntimeError("no free port pair for a cluster node")
 
 
+def _answers_as(port: int, pid: int) -> bool:
+    """Whether the server on ``port`` is process ``pid``, not another one that
+    held the port first (a bare ``PING`` would take that one for ours)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"INFO server\r\n")
+            reply = sock.recv(65536)
+            header, _, _ = reply.partition(b"\r\n")
+            if not header.startswith(b"$"):  # -LOADING, or not a Redis
+                return False
+            size = len(header) + 2 + int(header[1:]) + 2
+            while len(reply) < size:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return False
+                reply += chunk
+    except (OSError, ValueError):
+        return False
+    return f"\r\nprocess_id:{pid}\r\n".encode() in reply
+
+
 class _ServerExited(Exception):
     """The redis-server process exited while it was starting."""
 
@@ -162,31 +183,11 @@ class RedisServer:
             if self.process.poll() is not None:
                 self.process = None
                 raise _ServerExited
-            if self._answers_as(self.process.pid):
+            if _answers_as(self.port, self.process.pid):
                 return
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"redis-server on port {self.port} did not answer within {timeout}s")
-
-    def _answers_as(self, pid: int) -> bool:
-        """Whether the server on our port is process ``pid``, not another one that
-        held the port first (a bare ``PING`` would take that one for ours)."""
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"INFO server\r\n")
-                reply = sock.recv(65536)
-                header, _, _ = reply.partition(b"\r\n")
-                if not header.startswith(b"$"):  # -LOADING, or not a Redis
-                    return False
-                size = len(header) + 2 + int(header[1:]) + 2
-                while len(reply) < size:
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        return False
-                    reply += chunk
-        except (OSError, ValueError):
-            return False
-        return f"\r\nprocess_id:{pid}\r\n".encode() in reply
 
     def ping(self) -> bool:
         try:
@@ -398,7 +399,24 @@ class RedisSentinelServers:
 
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5, decode_responses=True)
 
-    def _start_sentinel(self, index: int, port: int) -> subprocess.Popen[bytes]:
+    def _start_sentinel(self, index: int, timeout: float) -> subprocess.Popen[bytes]:
+        """Start sentinel ``index``; as :meth:`RedisServer.start`, on a fresh port if
+        another process took its port first."""
+        for _ in range(RedisServer.PORT_ATTEMPTS):
+            process = self._spawn_sentinel(index, self.sentinel_ports[index])
+            deadline = time.monotonic() + timeout
+            while process.poll() is None and time.monotonic() < deadline:
+                if _answers_as(self.sentinel_ports[index], process.pid):
+                    return process
+                time.sleep(0.02)
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+                raise RuntimeError(f"sentinel {index} did not answer within {timeout}s")
+            self.sentinel_ports[index] = free_port()
+        raise RuntimeError(f"sentinel {index} exited: see {self.dir}/sentinel-{index}.log")
+
+    def _spawn_sentinel(self, index: int, port: int) -> subprocess.Popen[bytes]:
         conf = os.path.join(self.dir, f"sentinel-{index}.conf")
         with open(conf, "w") as f:
             f.write(
@@ -420,8 +438,8 @@ class RedisSentinelServers:
                 replica.args = (*replica.args, "--replicaof", "127.0.0.1", str(self.primary.port))
                 replica.start()
             _wait_for(self._replicas_in_sync, timeout, "the replicas did not sync with the primary")
-            for i, port in enumerate(self.sentinel_ports):
-                self.sentinel_processes.append(self._start_sentinel(i, port))
+            for i in range(len(self.sentinel_ports)):
+                self.sentinel_processes.append(self._start_sentinel(i, timeout))
             _wait_for(self._sentinels_see_all, timeout, "the sentinels did not discover the replicas")
         except BaseException:
             self.cleanup()

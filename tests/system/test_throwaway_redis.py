@@ -9,7 +9,7 @@ import socket
 import pytest
 import redis
 
-from tests.support.servers import RedisServer, free_cluster_port, free_port
+from tests.support.servers import RedisSentinelServers, RedisServer, free_cluster_port, free_port
 
 CLUSTER_ARGS = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 
@@ -108,3 +108,11 @@ def test_every_attempt_failing_gives_up_with_the_last_servers_log(listening):
         assert len(pick.picked) == RedisServer.PORT_ATTEMPTS
     finally:
         server.cleanup()
+
+
+def test_a_sentinel_whose_port_is_taken_is_moved(listening):
+    rig = RedisSentinelServers(replicas=0)
+    taken = rig.sentinel_ports[0] = listening(free_port())
+    with rig:
+        assert rig.sentinel_ports[0] != taken
+        assert rig.master_address() == ("127.0.0.1", rig.primary.port)
