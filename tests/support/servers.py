@@ -101,8 +101,29 @@ def _answers_as(port: int, pid: int) -> bool:
     return f"\r\nprocess_id:{pid}\r\n".encode() in reply
 
 
-class _ServerExited(Exception):
-    """The redis-server process exited while it was starting."""
+def _answered(process: subprocess.Popen[bytes], port: int, timeout: float, what: str) -> bool:
+    """Wait until ``process`` answers on ``port`` as itself (True) or exits (False);
+    past ``timeout``, stop it and raise."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        if _answers_as(port, process.pid):
+            return True
+        time.sleep(0.02)
+    _stop(process)
+    raise RuntimeError(f"{what} on port {port} did not answer within {timeout}s")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM ``process``, SIGKILL it after 5 s; return once it has exited."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class RedisServer:
@@ -145,18 +166,15 @@ class RedisServer:
         :attr:`PORT_ATTEMPTS` in all. A restart keeps its port.
         """
         for attempt in range(1, self.PORT_ATTEMPTS + 1):
-            try:
-                self._start_once(timeout)
-            except _ServerExited:
-                if self._pick_port is None or attempt == self.PORT_ATTEMPTS:
-                    raise RuntimeError(f"redis-server exited: {self._log_tail()}") from None
-                self.port = self._pick_port()
-                shutil.rmtree(self.dir, ignore_errors=True)  # a Cluster node's nodes.conf names the old port
-                os.makedirs(self.dir)
-            else:
-                self._pick_port = None  # started: a restart must come back on this port
+            if self._started(timeout):
+                self._pick_port = None  # a restart must come back on this port
                 return self
-        raise AssertionError("unreachable")
+            if self._pick_port is None or attempt == self.PORT_ATTEMPTS:
+                break
+            self.port = self._pick_port()
+            shutil.rmtree(self.dir, ignore_errors=True)  # a Cluster node's nodes.conf names the old port
+            os.makedirs(self.dir)
+        raise RuntimeError(f"redis-server exited: {self._log_tail()}")
 
     def _log_tail(self, size: int = 600) -> str:
         try:
@@ -165,7 +183,8 @@ class RedisServer:
         except OSError:
             return f"no log in {self.dir}"
 
-    def _start_once(self, timeout: float) -> None:
+    def _started(self, timeout: float) -> bool:
+        """Run the server on :attr:`port`: True once it answers, False if it exited."""
         command = [
             self.binary,
             "--port", str(self.port),
@@ -178,16 +197,7 @@ class RedisServer:
             *self.args,
         ]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self.process = None
-                raise _ServerExited
-            if _answers_as(self.port, self.process.pid):
-                return
-            time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"redis-server on port {self.port} did not answer within {timeout}s")
+        return _answered(self.process, self.port, timeout, "redis-server")
 
     def ping(self) -> bool:
         try:
@@ -198,13 +208,8 @@ class RedisServer:
             return False
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process:
+            _stop(self.process)
         self.process = None
 
     def restart(self) -> Self:
@@ -379,6 +384,7 @@ class RedisSentinelServers:
     ) -> None:
         self.service = service
         self.primary = RedisServer(binary=binary, args=server_args)
+        self.server_args = tuple(server_args)
         self.replicas = [RedisServer(binary=binary, args=server_args) for _ in range(replicas)]
         self.binary = self.primary.binary
         self.down_after_ms = down_after_ms
@@ -402,18 +408,12 @@ class RedisSentinelServers:
     def _start_sentinel(self, index: int, timeout: float) -> subprocess.Popen[bytes]:
         """Start sentinel ``index``; as :meth:`RedisServer.start`, on a fresh port if
         another process took its port first."""
-        for _ in range(RedisServer.PORT_ATTEMPTS):
+        for attempt in range(1, RedisServer.PORT_ATTEMPTS + 1):
             process = self._spawn_sentinel(index, self.sentinel_ports[index])
-            deadline = time.monotonic() + timeout
-            while process.poll() is None and time.monotonic() < deadline:
-                if _answers_as(self.sentinel_ports[index], process.pid):
-                    return process
-                time.sleep(0.02)
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-                raise RuntimeError(f"sentinel {index} did not answer within {timeout}s")
-            self.sentinel_ports[index] = free_port()
+            if _answered(process, self.sentinel_ports[index], timeout, f"sentinel {index}"):
+                return process
+            if attempt < RedisServer.PORT_ATTEMPTS:
+                self.sentinel_ports[index] = free_port()
         raise RuntimeError(f"sentinel {index} exited: see {self.dir}/sentinel-{index}.log")
 
     def _spawn_sentinel(self, index: int, port: int) -> subprocess.Popen[bytes]:
@@ -435,7 +435,7 @@ class RedisSentinelServers:
         try:
             self.primary.start()
             for replica in self.replicas:  # the primary's port is known once it started
-                replica.args = (*replica.args, "--replicaof", "127.0.0.1", str(self.primary.port))
+                replica.args = (*self.server_args, "--replicaof", "127.0.0.1", str(self.primary.port))
                 replica.start()
             _wait_for(self._replicas_in_sync, timeout, "the replicas did not sync with the primary")
             for i in range(len(self.sentinel_ports)):
@@ -520,13 +520,7 @@ class RedisSentinelServers:
 
     def stop(self) -> None:
         for process in self.sentinel_processes:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(5)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            _stop(process)
         self.sentinel_processes = []
         for server in self.servers:
             server.stop()
