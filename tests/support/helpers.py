@@ -45,15 +45,19 @@ HOSTILE_LIMIT_TEXTS = (
 )
 
 
-def wait_until(predicate, timeout=10.0, interval=0.02, message="condition"):
-    """Poll ``predicate`` until it returns a true value; fail after ``timeout`` seconds."""
+def wait_until(predicate, timeout=10.0, interval=0.02, message="condition", state=None):
+    """Poll ``predicate`` until it returns a true value; fail after ``timeout`` seconds.
+
+    ``state``: a callable whose value the failure quotes (what was seen instead), so
+    that a failure seen once on a loaded machine says why."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{message} not reached within {timeout}s")
+            seen = "" if state is None else f"; seen: {state()!r}"
+            raise AssertionError(f"{message} not reached within {timeout}s{seen}")
         time.sleep(interval)
 
 

@@ -310,6 +310,7 @@ def test_a_waiter_keeps_its_place_through_a_failover(sentinel_alias, flavour):
     wait_until(
         lambda: new.zrange(keys.queue, 0, -1)[:1] == [member] and new.zcard(keys.queue) == 2,
         message="the first waiter back at its place on the new primary",
+        state=lambda: (new.zrange(keys.queue, 0, -1), member, first.outcome, second.outcome),
     )
     assert first.thread.is_alive() and second.thread.is_alive()  # waiting on, neither failed
 
