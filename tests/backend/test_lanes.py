@@ -3,12 +3,14 @@ to the caller that asked for it, through restarts, timeouts, threads and forks."
 
 import asyncio
 import os
+import select
 import threading
 
 import pytest
 import redis
 import redis.asyncio
 import redis.asyncio.sentinel
+from redis._parsers import _RESP2Parser
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection, lanes
@@ -120,6 +122,41 @@ def test_a_restarted_server_is_reconnected_before_the_call(server):
     server.restart()
     client.script_load(ECHO)
     assert lane.evalsha(sha, (), ("after",)) == b"after"
+    client.close()
+
+
+@pytest.mark.parametrize("parser", ["hiredis", "python"])
+def test_a_kept_connection_the_server_closed_is_opened_again_every_time(server, parser):
+    # No retry (redis-py's default for a client given a pool): only the check before the
+    # send saves the call.  Three times over: the check follows the connection's new socket.
+    options = {} if parser == "hiredis" else {"parser_class": _RESP2Parser}
+    client = redis.Redis(connection_pool=redis.ConnectionPool(port=server.port, **options))
+    observer = redis.Redis(port=server.port)
+    lane = lanes.lane(client)
+    for _ in range(3):
+        kept = lane.command(("CLIENT", "ID"))
+        assert lane.command(("CLIENT", "ID")) == kept  # kept between calls, not opened again
+        assert observer.client_kill_filter(_id=kept) == 1  # closed before the reply: loopback
+        again = lane.command(("CLIENT", "ID"))
+        assert again != kept
+        assert lane.command(("CLIENT", "ID")) == again
+    observer.close()
+    client.close()
+
+
+@pytest.mark.parametrize("parser", ["hiredis", "python"])
+def test_a_reply_nobody_asked_for_is_never_read_by_the_next_caller(server, parser):
+    options = {} if parser == "hiredis" else {"parser_class": _RESP2Parser}
+    client = redis.Redis(connection_pool=redis.ConnectionPool(port=server.port, **options))
+    sha = _sha(client, ECHO)
+    lane = lanes.lane(client)
+    assert lane.evalsha(sha, (), ("first",)) == b"first"
+    [(kept, _)] = lane._idle
+    for i in range(3):
+        kept._sock.sendall(b"PING\r\n")  # a reply on its way to nobody
+        assert select.select([kept._sock], [], [], 5)[0], "the stray reply did not arrive"
+        assert lane.evalsha(sha, (), (f"mine {i}",)) == f"mine {i}".encode()
+        [(kept, _)] = lane._idle
     client.close()
 
 
