@@ -50,10 +50,9 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 
-from tests.support.servers import RedisServer, redis_server_binary
+from tests.support.servers import RedisServer, answered, redis_server_binary
 
 KINDS = ("ping", "seed", "ours")
 #: The hand-over's queue: waiters behind the holder (the bench's 16 processes at LIMIT 1).
@@ -186,12 +185,10 @@ def _server_count(binary, kind, n):
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        for _ in range(600):  # up to 60 s: valgrind starts it slowly
-            if server.ping():
-                break
-            if process.poll() is not None:
-                raise RuntimeError("redis-server under valgrind exited")
-            time.sleep(0.1)
+        # Up to 60 s (valgrind starts it slowly), and this process, not another server
+        # that bound the port first (valgrind runs it under its own process id).
+        if not answered(process, server.port, 60.0, "redis-server under valgrind"):
+            raise RuntimeError("redis-server under valgrind exited")
         subprocess.run(_run_command(kind, n, server.url), cwd=_ROOT, check=True, timeout=600)
     finally:
         process.terminate()  # SIGTERM: the server exits, valgrind prints its count

@@ -101,7 +101,7 @@ def _answers_as(port: int, pid: int) -> bool:
     return f"\r\nprocess_id:{pid}\r\n".encode() in reply
 
 
-def _answered(process: subprocess.Popen[bytes], port: int, timeout: float, what: str) -> bool:
+def answered(process: subprocess.Popen[bytes], port: int, timeout: float, what: str) -> bool:
     """Wait until ``process`` answers on ``port`` as itself (True) or exits (False);
     past ``timeout``, stop it and raise."""
     deadline = time.monotonic() + timeout
@@ -197,7 +197,7 @@ class RedisServer:
             *self.args,
         ]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return _answered(self.process, self.port, timeout, "redis-server")
+        return answered(self.process, self.port, timeout, "redis-server")
 
     def ping(self) -> bool:
         try:
@@ -410,7 +410,7 @@ class RedisSentinelServers:
         another process took its port first."""
         for attempt in range(1, RedisServer.PORT_ATTEMPTS + 1):
             process = self._spawn_sentinel(index, self.sentinel_ports[index])
-            if _answered(process, self.sentinel_ports[index], timeout, f"sentinel {index}"):
+            if answered(process, self.sentinel_ports[index], timeout, f"sentinel {index}"):
                 return process
             if attempt < RedisServer.PORT_ATTEMPTS:
                 self.sentinel_ports[index] = free_port()
