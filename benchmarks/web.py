@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from tests.support.servers import free_port
+from tests.support.servers import free_port, stop_process
 
 from .common import median, percentile
 
@@ -189,12 +189,7 @@ def measure(redis_url, rounds, seconds):
                 for path in order[r % 3 :] + order[: r % 3]:
                     runs[path].append(generate(port, path, seconds))
         finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, grace=10)
         rows = {}
         for label, path in (("plain", plain), ("guarded", guarded), ("pinged", pinged)):
             rows[label] = {

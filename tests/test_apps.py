@@ -19,7 +19,7 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 
 from django_semaphore.config import settings as conf
-from tests.support.servers import free_port
+from tests.support.servers import free_port, stop_process
 from tests.support.settings_web import WEB_SEMAPHORES
 
 pytestmark = pytest.mark.slow
@@ -87,12 +87,7 @@ def boot(command, env, settings_module):
                 time.sleep(0.1)  # not listening yet, or listening without a worker to answer
     finally:
         if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, grace=10)
             code = None  # still running when served or at the deadline
         else:
             code = process.returncode

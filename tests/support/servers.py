@@ -111,16 +111,16 @@ def answered(process: subprocess.Popen[bytes], port: int, timeout: float, what: 
         if _answers_as(port, process.pid):
             return True
         time.sleep(0.02)
-    _stop(process)
+    stop_process(process)
     raise RuntimeError(f"{what} on port {port} did not answer within {timeout}s")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM ``process``, SIGKILL it after 5 s; return once it has exited."""
+def stop_process(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """SIGTERM ``process``, SIGKILL it after ``grace`` seconds; return once it has exited."""
     if process.poll() is None:
         process.terminate()
         try:
-            process.wait(5)
+            process.wait(grace)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -209,7 +209,7 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.process:
-            _stop(self.process)
+            stop_process(self.process)
         self.process = None
 
     def restart(self) -> Self:
@@ -520,7 +520,7 @@ class RedisSentinelServers:
 
     def stop(self) -> None:
         for process in self.sentinel_processes:
-            _stop(process)
+            stop_process(process)
         self.sentinel_processes = []
         for server in self.servers:
             server.stop()
