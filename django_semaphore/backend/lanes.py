@@ -244,13 +244,13 @@ class _Watch:
         if kept is not None and kept.watches(connection):
             return kept
         sock = getattr(connection, "_sock", None)
-        reader = getattr(getattr(connection, "_parser", None), "_reader", None)
         if sock is None or _POLL is None or hasattr(sock, "pending"):
             return None
-        if _HiredisReader is None or type(reader) is not _HiredisReader:
+        parser, gets = _buffered(connection)
+        if gets is None:  # not read by hiredis's reader
             return None
         try:
-            return cls(sock, reader)
+            return cls(sock, parser._reader)
         except (ValueError, OSError):  # closed meanwhile (a disconnect in another thread)
             return None
 
