@@ -24,6 +24,8 @@
 --         "%" -> recent hold times, see record_hold,
 --         "r" -> when a caller was last refused (server ms): releases record
 --                their hold times for SAMPLE_MS after it (see HOLD_FIRST),
+--         "~" -> TABLE_NOTE, written with the first grant: keeps the HASH a
+--                hash table (see TABLE_FIELD),
 -- KEYS[4] queue ZSET (member "ticket:permits:id" -> -priority: ZRANGE is the
 --         serving order, priority first, then the ticket number: members of
 --         one score sort as strings, and ticket numbers all have the same
@@ -95,6 +97,17 @@ local REFUSED_EVERY = 1000
 -- as members 1.06 x, 8 1.25 to 1.38 x, 16 1.61 x; 16 by the count and
 -- release.lua 1.60 x: the members stop paying off at about 16.
 local MEMBERS_MAX = 8
+
+-- The holds HASH gets, with its first grant, a field whose value is longer
+-- than Redis's listpack limit for a hash (hash-max-listpack-value, 64 bytes
+-- by default): Redis then keeps the HASH a hash table for the rest of its
+-- life. Packed as a listpack (up to 128 fields of short values), every
+-- HMGET, HSET and HDEL scans the fields one by one, a missing field all of
+-- them, and the common acquire and release read three fields that are
+-- usually missing: with 10 holders the scans took more of the server's
+-- instructions than a hash table's lookups (see docs/redis-cost.rst).
+local TABLE_FIELD = '~'
+local TABLE_NOTE = 'a hash table, not a listpack: one lookup per field, not a scan of them all'
 
 -- The number of holds in the packed "%" field (false/nil: none).
 local function hold_count(packed)
@@ -434,6 +447,7 @@ local function hold(st, id, permits, expires, lease, meta)
   -- that had not yet received the last tokens (as long as the servers'
   -- clocks agree to within the failover time). Returned as a string to stay
   -- exact; past 2^53 the server's integer arithmetic takes over.
+  local new_hash = not st.counter
   local n = tonumber(st.counter or '') or 0
   local token
   if n >= 9007199254740991 then
@@ -474,6 +488,10 @@ local function hold(st, id, permits, expires, lease, meta)
   if keep then
     fields[#fields + 1] = 'e'
     fields[#fields + 1] = keep
+  end
+  if new_hash then
+    fields[#fields + 1] = TABLE_FIELD
+    fields[#fields + 1] = TABLE_NOTE
   end
   redis.call('HSET', KEYS[3], unpack(fields))
   if keep then

@@ -129,6 +129,39 @@ def test_a_re_created_key_never_shortens_the_others_ttl(raw_redis):
     assert raw_redis.pttl(keys.holds) > (long_lease.expires_ms - int(server_ms(raw_redis))) + 1000 - 5
 
 
+@pytest.mark.parametrize("total", [None, 4], ids=["plain", "total"])
+def test_the_holds_hash_is_a_hash_table_from_its_first_grant(raw_redis, total):
+    # Redis packs a HASH of up to 128 short fields as a listpack (Redis 7) or
+    # a ziplist (6.2), where every HMGET, HSET and HDEL scans the fields one
+    # by one: the common cycle's reads of usually missing fields scanned them
+    # all. The first grant writes a value longer than Redis packs, so the
+    # HASH is a hash table from then on, re-created or not.
+    sem = Semaphore(f"table-{total}", limit=5, timeout=30, total=total)
+    keys = sem.partition("tenant") if total else sem.partition()
+
+    def acquire():
+        return sem.acquire(key="tenant") if total else sem.acquire()
+
+    first = acquire()
+    assert first is not None
+    assert raw_redis.object("encoding", keys.holds) == b"hashtable"
+    for _ in range(3):  # the common case's own script, and releases
+        lease = acquire()
+        assert lease is not None and lease.release() is True
+    assert raw_redis.object("encoding", keys.holds) == b"hashtable"
+    # The field is no holder: none is listed, counted or purged for it.
+    assert [h.identifier for h in sem.holders("tenant" if total else None)] == [first.identifier]
+    assert sem.available("tenant" if total else None) == (total or 5) - 1
+    assert sem.purge_expired() == 0
+    assert first.release() is True
+    # Evicted (one key at a time, by a volatile-* policy) and re-created.
+    raw_redis.delete(keys.holds)
+    again = acquire()
+    assert again is not None
+    assert raw_redis.object("encoding", keys.holds) == b"hashtable"
+    assert again.release() is True
+
+
 def test_queue_keys_a_refused_caller_re_creates_keep_a_ttl(raw_redis):
     # A holder's lease ran out (which wakes nobody) while W waited. The next
     # caller's acquire grants W the free permit (a direct grant), which empties

@@ -63,8 +63,8 @@ def test_dry_run_then_cleanup(expired_and_live, raw_redis):
 
     assert run_command("sema_cleanup") == ["Removed 5 expired entries from 3 semaphores."]
     assert raw_redis.zcard(semaphores["quick"].partition().timeouts) == 0
-    # No holder's record is left: only the counter, the TTL watermark and hold times.
-    assert set(raw_redis.hkeys(semaphores["quick"].partition().holds)) <= {b"#", b"e", b"%"}
+    # No holder's record is left: only the counter, the TTL watermark, hold times and the note.
+    assert set(raw_redis.hkeys(semaphores["quick"].partition().holds)) <= {b"#", b"e", b"%", b"~"}
     assert [h.token for h in semaphores["reports"].holders()] == [live.token]
     assert live.refresh() is True
     assert run_command("sema_cleanup", verbosity=0) == ["Removed 0 expired entries from 3 semaphores."]
