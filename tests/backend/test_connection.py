@@ -11,6 +11,7 @@ from django_redis import get_redis_connection
 
 from django_semaphore import Semaphore, SemaphoreBackendError, SemaphoreError
 from django_semaphore.backend import connection
+from django_semaphore.runtime import scheduler
 from tests.support.servers import RedisServer, free_port
 
 
@@ -605,6 +606,20 @@ def silent_sentinel():
     thread.join(5)
 
 
+@pytest.fixture
+def jobs_held(monkeypatch):
+    """The process's timer jobs (the overrides' poll, the stats flush, the ad-hoc
+    semaphores' record) are queued but not run during the test: they talk to
+    SEMAPHORE_REDIS too, so a test that counts a caller's connections counts only
+    the caller's.  What was queued meanwhile is dropped at the end (its server is gone)."""
+    timer = scheduler.scheduler()
+    timer.stop()
+    monkeypatch.setattr(scheduler.Scheduler, "_ensure_thread", lambda self: None)
+    yield timer
+    monkeypatch.undo()
+    timer.stop()
+
+
 def _silent_sentinel_alias(settings, port, sentinel_kwargs=None):
     options = {
         "CLIENT_CLASS": "django_redis.client.SentinelClient",
@@ -667,7 +682,7 @@ SILENT_SENTINEL_KWARGS = {
 )
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_a_sentinel_that_never_answers_fails_a_call_within_the_socket_timeout(
-    settings, silent_sentinel, sentinel_kwargs, flavour
+    settings, silent_sentinel, jobs_held, sentinel_kwargs, flavour
 ):
     import asyncio
 
@@ -690,7 +705,7 @@ def test_a_sentinel_that_never_answers_fails_a_call_within_the_socket_timeout(
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
-def test_sentinel_kwargs_that_choose_a_retry_are_kept(settings, silent_sentinel, flavour):
+def test_sentinel_kwargs_that_choose_a_retry_are_kept(settings, silent_sentinel, jobs_held, flavour):
     # A redis.retry.Retry, as SENTINEL_KWARGS take it: the asyncio client's connections to
     # the sentinels retry as it says too (given as it is, they would never retry).
     import asyncio
