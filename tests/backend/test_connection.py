@@ -615,7 +615,7 @@ def jobs_held(monkeypatch):
     timer = scheduler.scheduler()
     timer.stop()
     monkeypatch.setattr(scheduler.Scheduler, "_ensure_thread", lambda self: None)
-    yield timer
+    yield
     monkeypatch.undo()
     timer.stop()
 
