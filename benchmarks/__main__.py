@@ -118,7 +118,9 @@ def main(argv=None):
         node_skipped = peers.node_status()
         say("node peer: " + (f"skipped ({node_skipped})" if node_skipped else "swarthy/redis-semaphore"))
         say("cycles: floor, algorithms x holders, peers (interleaved rounds)")
-        results["cycles"] = cycles.measure(rounds=3 if quick else 7, seconds=0.08 if quick else 0.12)
+        results["cycles"] = cycles.measure(
+            rounds=3 if quick else 7, seconds=0.08 if quick else 0.12, pairs=5 if quick else 31
+        )
         results["cycles"].pop("sems")
         say("cycles: the node peer against its own PING-pair floor")
         results["cycles"]["node"] = peers.node_cycles(

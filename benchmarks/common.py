@@ -67,6 +67,39 @@ def interleaved(contenders, rounds, seconds, base="floor"):
     return rates, relative
 
 
+def paired(fn, other, pairs, seconds):
+    """Rate of ``fn`` over that of ``other``, measured as pairs of adjacent runs.
+
+    Each pair runs the two for ``seconds`` each, one right after the other,
+    in ABBA order (the order swaps from pair to pair, so neither always runs
+    first, after the other has warmed the caches or the machine's load has
+    moved).  Returns the per-pair ratios, sorted: their median is the figure,
+    their quartiles its spread.  Two contenders alone, back to back, for a
+    goal that compares just those two: ``interleaved``'s ratio of two
+    contenders measured apart within a round moves by several percent from
+    run to run on a loaded machine.
+    """
+    ratios = []
+    for p in range(pairs):
+        if p % 2 == 0:
+            mine = rate(fn, seconds)
+            theirs = rate(other, seconds)
+        else:
+            theirs = rate(other, seconds)
+            mine = rate(fn, seconds)
+        ratios.append(mine / theirs)
+    return sorted(ratios)
+
+
+def quartiles(values):
+    """(lower quartile, median, upper quartile) of ``values``."""
+    if len(values) < 2:
+        x = median(values)
+        return x, x, x
+    q1, q2, q3 = statistics.quantiles(values, n=4)
+    return q1, q2, q3
+
+
 def ratio(relative, name, other):
     """Median over rounds of relative[name] / relative[other] (each against its adjacent floor)."""
     return median([a / b for a, b in zip(relative[name], relative[other], strict=True) if b])

@@ -11,7 +11,7 @@ from django_semaphore import Semaphore
 from django_semaphore.backend import connection
 from django_semaphore.engine.algorithms.lua import ACQUIRE, RELEASE
 
-from .common import ALGORITHMS, interleaved, median, ratio
+from .common import ALGORITHMS, interleaved, median, paired, quartiles, ratio
 from .peers import LEASE, pip_peers, seed_cycle
 
 HOLDER_COUNTS = (0, 10, 1000, 10000)
@@ -88,8 +88,12 @@ def metrics_off(fn):
     return run
 
 
-def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
-    """Cycle rates per algorithm and holder count, peers and the floor, interleaved."""
+def measure(rounds, seconds, holder_counts=HOLDER_COUNTS, pairs=0, pair_seconds=0.2):
+    """Cycle rates per algorithm and holder count, peers and the floor, interleaved.
+
+    Then, with ``pairs``, goal 2's comparison again as ``pairs`` adjacent pairs
+    (``benchmarks.common.paired``): ours at 10 holders against the seed and
+    each peer, ``pair_seconds`` each, the figure the goal rows report."""
     client = connection.get_client()
 
     def floor():
@@ -160,6 +164,16 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS):
         ten = ("lua", 10)
         result["vs_seed"] = ratio(relative, ten, "seed Lua + ZREM")
         result["vs_peers"] = {name: ratio(relative, ten, name) for name in peer_fns}
+        if pairs:
+            others = {"seed Lua + ZREM": contenders["seed Lua + ZREM"], **peer_fns}
+            result["paired"] = {
+                "pairs": pairs,
+                "seconds": pair_seconds,
+                "vs": {
+                    name: quartiles(paired(contenders[ten], fn, pairs, pair_seconds))
+                    for name, fn in others.items()
+                },
+            }
     lua0 = ("lua", holder_counts[0])
     result["lua_vs_fair_locked"] = ratio(relative, lua0, ("fair_locked", holder_counts[0]))
     # Plain / weighted cycles per second: how much longer a weighted cycle takes.
