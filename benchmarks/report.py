@@ -125,6 +125,14 @@ def table(r, targets):
             f"{b['ours']:.1f} / {b['minimal']:.1f}",
             f"{b['ratio']:.2f} x",
         )
+        if "fast" in b:
+            f = b["fast"]
+            add(
+                "Redis usec/cycle",
+                "the common case's script (acquire_fast.lua) / its calls in minimal Lua, + the same",
+                f"{f['ours']:.1f} / {f['minimal']:.1f}",
+                f"{f['ratio']:.2f} x",
+            )
     if "options" in r:
         _option_rows(r["options"], add)
     if "fairness" in r:
