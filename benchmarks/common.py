@@ -5,6 +5,8 @@ import statistics
 import time
 
 ALGORITHMS = ("lua", "fair_locked", "fair", "basic")
+#: The seed's contender in the cycle rows (Redis in Action 11.2.3's Lua acquire and a ZREM), by its name.
+SEED = "seed Lua + ZREM"
 META = None  # the app still stores {"host", "pid"} with every holder
 
 

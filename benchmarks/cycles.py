@@ -11,7 +11,7 @@ from django_semaphore import Semaphore
 from django_semaphore.backend import connection
 from django_semaphore.engine.algorithms.lua import ACQUIRE, RELEASE
 
-from .common import ALGORITHMS, interleaved, median, paired, quartiles, ratio
+from .common import ALGORITHMS, SEED, interleaved, median, paired, quartiles, ratio
 from .peers import LEASE, pip_peers, seed_cycle
 
 HOLDER_COUNTS = (0, 10, 1000, 10000)
@@ -130,7 +130,7 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS, pairs=0, pair_seconds=
     quiet = metrics_off(cycle(sems[("lua", holder_counts[0])]))
     if quiet is not None:
         contenders["lua, metrics off"] = quiet
-    contenders["seed Lua + ZREM"] = seed_cycle(client, 10)  # Redis in Action 11.2.3, 10 other holders
+    contenders[SEED] = seed_cycle(client, 10)  # Redis in Action 11.2.3, 10 other holders
     peer_fns = pip_peers(client)
     contenders.update(peer_fns)
     for fn in contenders.values():  # warm up: scripts loaded, connections open
@@ -154,7 +154,7 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS, pairs=0, pair_seconds=
                 "vs_empty": ratio(relative, key, (algorithm, holder_counts[0])),
             }
         result["algorithms"][algorithm] = rows
-    for name in ("script floor", "raw scripts", "lua, metrics off", "seed Lua + ZREM"):
+    for name in ("script floor", "raw scripts", "lua, metrics off", SEED):
         if name not in rates:
             continue
         result[name] = {"rate": median(rates[name]), "vs_floor": ratio(relative, name, "floor")}
@@ -162,10 +162,10 @@ def measure(rounds, seconds, holder_counts=HOLDER_COUNTS, pairs=0, pair_seconds=
         result["peers"][name] = {"rate": median(rates[name]), "vs_floor": ratio(relative, name, "floor")}
     if ("lua", 10) in sems:  # issue 23, goal 2: beside the seed with as many holders, and the peers
         ten = ("lua", 10)
-        result["vs_seed"] = ratio(relative, ten, "seed Lua + ZREM")
+        result["vs_seed"] = ratio(relative, ten, SEED)
         result["vs_peers"] = {name: ratio(relative, ten, name) for name in peer_fns}
         if pairs:
-            others = {"seed Lua + ZREM": contenders["seed Lua + ZREM"], **peer_fns}
+            others = {SEED: contenders[SEED], **peer_fns}
             result["paired"] = {
                 "pairs": pairs,
                 "seconds": pair_seconds,

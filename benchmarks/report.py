@@ -1,5 +1,7 @@
 """The one table of a run, as a reStructuredText simple table (pasteable into docs/benchmarks.rst)."""
 
+from .common import SEED
+
 
 def _fmt(value, spec):
     if value is None or value != value:  # NaN
@@ -74,7 +76,7 @@ def table(r, targets):
         add("peer (one slot)", peer, _fmt(row["rate"], ",.0f"), f"{row['vs_floor']:.2f}")
     if "vs_seed" in cyc:  # goal 2's comparisons, both ways of measuring them
         pairs = cyc.get("paired", {}).get("vs", {})
-        for name, x in {"seed Lua + ZREM": cyc["vs_seed"], **cyc.get("vs_peers", {})}.items():
+        for name, x in _interleaved_vs(cyc).items():
             q = pairs.get(name)
             how = f"adjacent pairs: {q[1]:.2f} x ({q[0]:.2f}..{q[2]:.2f})" if q else ""
             add("cycles/s lua", f"10 holders / {name}, interleaved", f"{x:.2f} x", "", how)
@@ -584,22 +586,26 @@ def engine_goals(r):
     return rows
 
 
+def _interleaved_vs(cyc):
+    """Ours at 10 holders against the seed and each peer, from the interleaved rounds."""
+    return {SEED: cyc["vs_seed"], **cyc.get("vs_peers", {})}
+
+
 def _cycle_goals(cyc):
     """Goal 2's cycles/s rows: ours at 10 holders against the seed's Lua and each peer,
     from the adjacent pairs when the run measured them (median, quartiles in brackets),
     else from the interleaved rounds."""
-    seed = "seed Lua + ZREM"
     if "paired" in cyc:
         p = cyc["paired"]
         figures = {name: q[1] for name, q in p["vs"].items()}
         spread = {name: f" ({q[0]:.2f}..{q[2]:.2f}, {p['pairs']} pairs)" for name, q in p["vs"].items()}
     else:
-        figures = {seed: cyc["vs_seed"], **cyc.get("vs_peers", {})}
+        figures = _interleaved_vs(cyc)
         spread = dict.fromkeys(figures, "")
     rows = []
     for name, x in figures.items():
-        t = ENGINE_GOALS["cycles_vs_seed" if name == seed else "cycles_vs_lock"]
-        label = "seed Lua" if name == seed else name
+        t = ENGINE_GOALS["cycles_vs_seed" if name == SEED else "cycles_vs_lock"]
+        label = "seed Lua" if name == SEED else name
         measured = f"{x:.2f} x {label}{spread[name]}"
         rows.append(("2 cycles/s, 10 holders", measured, f">= {t} x", _goal(x >= t)))
     return rows
