@@ -133,7 +133,7 @@ def main(argv=None):
         say("each option's cost per cycle, paired with a plain semaphore")
         results["options"] = option_costs.measure(rounds=20 if quick else 60)
         say("CPU per cycle: server (INFO cpu) and client (process_time), ours vs seed vs peers")
-        results["cpu"] = cpu.measure(server.url, rounds=5 if quick else 15)
+        results["cpu"] = cpu.measure(server.url, rounds=5 if quick else 15, pairs=5 if quick else 21)
         say("instructions per cycle: client and server, counted by valgrind (callgrind)")
         results["instructions"] = instructions.measure(server.url)
         say("runtime overrides: commands per acquire with and without one")
@@ -144,6 +144,10 @@ def main(argv=None):
         results["contention"] = contention.measure(duration=0.5 if quick else 1.5)
         say(f"contention: {contention.PROCESSES_GOAL} waiting processes, ours beside the peers, FIFO")
         results["contention_goal"] = contention.measure_goal(server.url, duration=1.0 if quick else 2.5)
+        say("contention: ours beside each peer, as adjacent pairs")
+        results["contention_goal"]["paired"] = contention.measure_pairs(
+            server.url, pairs=1 if quick else 5, duration=1.0 if quick else 1.5
+        )
         if not args.skip_fairness:
             from . import fairness
 

@@ -287,10 +287,67 @@ def fifo_floor(processes, duration, batons=1):
     return grants / duration
 
 
+def _node_contenders(redis_url, limit, processes, duration):
+    from .peers import node_workers
+
+    key = f"fifo-node-{limit}-{uuid.uuid4().hex[:6]}"
+    return node_workers(redis_url, key, limit, processes, duration, HOLD)
+
+
+def measure_pairs(redis_url, pairs, duration, processes=PROCESSES_GOAL):
+    """Goal 3's ratios as adjacent pairs: ours beside each peer, one run right
+    after the other (ABBA: the order swaps from pair to pair), ``pairs`` times.
+
+    A single run of each contender, seconds apart, moves with the machine's
+    load: LIMIT 5 against the node peer read 0.80 x in one full run and 1.13 x
+    in the next, on the same code.  Per peer: the sorted per-pair ratios of
+    grants/s (ours over theirs), for redis-py Lock also of the p99 wait, and
+    over all of our paired runs the moments above LIMIT and the grants out of
+    queue order on the server's clock (more runs, more chances to see one).
+    """
+    from .peers import blocking_mutex_names, node_status
+
+    # (Named as measure_goal's rows.)
+    peers = {
+        f"{kind} (mutex)": (1, lambda d, kind=kind: _python_contenders(kind, 1, processes, d))
+        for kind in blocking_mutex_names()
+    }
+    if node_status() is None:
+        peers[f"redis-semaphore, LIMIT {LIMIT}"] = (
+            LIMIT,
+            lambda d: _node_contenders(redis_url, LIMIT, processes, d),
+        )
+    result = {"pairs": pairs, "duration": duration, "peers": {}}
+    for name, (limit, theirs) in peers.items():
+        grants, waits, above, out_of_order, most = [], [], 0, 0.0, 0
+        for p in range(pairs):
+            runs = {}
+            for side in ("ours", "theirs") if p % 2 == 0 else ("theirs", "ours"):
+                if side == "ours":
+                    runs[side] = _row(_python_contenders("ours", limit, processes, duration), limit, duration)
+                else:
+                    runs[side] = _row(theirs(duration), limit, duration)
+            mine, other = runs["ours"], runs["theirs"]
+            grants.append(mine["grants_per_s"] / other["grants_per_s"])
+            waits.append(mine["wait_p99_ms"] / other["wait_p99_ms"])
+            above += mine["above_limit"]
+            out_of_order = max(out_of_order, mine["server_out_of_order"])
+            most = max(most, mine["server_max_overtaken"])
+        result["peers"][name] = {
+            "mine": f"ours, LIMIT {limit}",
+            "grants": sorted(grants),
+            "wait_p99": sorted(waits),
+            "above_limit": above,
+            "server_out_of_order": out_of_order,
+            "server_max_overtaken": most,
+        }
+    return result
+
+
 def measure_goal(redis_url, duration, processes=PROCESSES_GOAL):
     """Goal 3: ours at LIMIT 5 beside the node peer's Semaphore, ours at LIMIT 1 beside the pip
     mutexes; grants/s, moments above the limit, and FIFO figures for each."""
-    from .peers import blocking_mutex_names, node_status, node_workers
+    from .peers import blocking_mutex_names, node_status
 
     result = {"processes": processes, "duration": duration, "hold": HOLD, "margin": FIFO_MARGIN, "rows": {}}
     for limit in (LIMIT, 1):
@@ -306,8 +363,7 @@ def measure_goal(redis_url, duration, processes=PROCESSES_GOAL):
     if why:
         result["node_skipped"] = why
     else:
-        key = f"fifo-node-{LIMIT}-{uuid.uuid4().hex[:6]}"
-        triples = node_workers(redis_url, key, LIMIT, processes, duration, HOLD)
+        triples = _node_contenders(redis_url, LIMIT, processes, duration)
         result["rows"][f"redis-semaphore, LIMIT {LIMIT}"] = _row(
             triples, LIMIT, duration, peer=f"ours, LIMIT {LIMIT}"
         )

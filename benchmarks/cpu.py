@@ -17,6 +17,9 @@ gives medians over rounds.  Contenders: ours (the app's ``acquire()`` +
 live holders; the seed (bare Lua acquire + ``ZREM`` on the same redis-py
 client) with as many; the pip peers; and, in its own process and with its own
 PING pairs, the node peer (``benchmarks/node/bench.js`` "cpu").
+
+Then ours and the seed alone, as adjacent pairs per holder count
+(:func:`_paired`): the goals compare those two.
 """
 
 import time
@@ -29,6 +32,8 @@ from .peers import node_cpu, pip_peers, seed_cycle
 
 HOLDER_COUNTS = (1, 1000, 10000)
 CYCLES = 400  # per batch
+PAIRS = 21  # adjacent pairs of ours and the seed's, per holder count
+PAIR_CYCLES = 600  # per batch of a pair
 
 
 def _server_usec(client):
@@ -46,7 +51,7 @@ def _batch(client, fn, cycles):
     return (after - before) / cycles, (t1 - t0) * 1e6 / cycles
 
 
-def measure(redis_url, rounds, cycles=CYCLES, holder_counts=HOLDER_COUNTS):
+def measure(redis_url, rounds, cycles=CYCLES, holder_counts=HOLDER_COUNTS, pairs=PAIRS):
     """Server and client usec per cycle above the PING-pair floor, per contender (medians over rounds)."""
     client = connection.get_client()
 
@@ -107,5 +112,39 @@ def measure(redis_url, rounds, cycles=CYCLES, holder_counts=HOLDER_COUNTS):
     result["client_vs_seed"] = (
         rows[("ours", first)]["client_above_ping"] / rows[("seed", first)]["client_above_ping"]
     )
+    result["paired"] = _paired(client, contenders, ping_pair, holder_counts, pairs)
     result["node"] = node_cpu(redis_url, cycles=cycles, rounds=max(3, rounds // 2))
     return result
+
+
+def _paired(client, contenders, ping_pair, holder_counts, pairs, cycles=PAIR_CYCLES):
+    """Ours against the seed as adjacent pairs, per holder count: each pair a
+    PING-pair batch, then ours and the seed's (ABBA: the order swaps from pair
+    to pair), ``cycles`` each; its ratio is ours above that PING pair over the
+    seed's above it, server and client.  The rounds above measure every
+    contender apart within a round, each against its own PING batch, and the
+    goal's ratio is one of medians: at 1,000 holders it read 1.33 x in one
+    run and 2.30 and 2.50 x in the next two, on the same code.  Returns the sorted per-pair ratios
+    (server per holder count; client at the first)."""
+    server = {h: [] for h in holder_counts}
+    clientside = []
+    for h in holder_counts:
+        ours, seed = contenders[("ours", h)], contenders[("seed", h)]
+        for p in range(pairs):
+            ps, pc = _batch(client, ping_pair, cycles)
+            if p % 2 == 0:
+                s, c = _batch(client, ours, cycles)
+                ss, sc = _batch(client, seed, cycles)
+            else:
+                ss, sc = _batch(client, seed, cycles)
+                s, c = _batch(client, ours, cycles)
+            if ss > ps:
+                server[h].append((s - ps) / (ss - ps))
+            if h == holder_counts[0] and sc > pc:
+                clientside.append((c - pc) / (sc - pc))
+    return {
+        "pairs": pairs,
+        "cycles": cycles,
+        "server": {h: sorted(v) for h, v in server.items()},
+        "client": sorted(clientside),
+    }
