@@ -102,6 +102,26 @@ def quartiles(values):
     return q1, q2, q3
 
 
+def ratio_of_medians(mine, other, resamples=2000):
+    """median(mine) / median(other) over paired measurements, with its spread:
+    (lower quartile, figure, upper quartile), the quartiles those of the same
+    ratio over ``resamples`` resamplings of the pairs (with replacement, a
+    fixed seed: the same data gives the same figures)."""
+    import random
+
+    figure = median(mine) / median(other)
+    pick = random.Random(0).choices
+    n = len(mine)
+    estimates = []
+    for _ in range(resamples):
+        drawn = pick(range(n), k=n)
+        below = median([other[i] for i in drawn])
+        if below > 0:
+            estimates.append(median([mine[i] for i in drawn]) / below)
+    q1, _, q3 = quartiles(estimates)
+    return q1, figure, q3
+
+
 def ratio(relative, name, other):
     """Median over rounds of relative[name] / relative[other] (each against its adjacent floor)."""
     return median([a / b for a, b in zip(relative[name], relative[other], strict=True) if b])

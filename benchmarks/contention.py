@@ -319,7 +319,7 @@ def measure_pairs(redis_url, pairs, duration, processes=PROCESSES_GOAL):
         )
     result = {"pairs": pairs, "duration": duration, "peers": {}}
     for name, (limit, theirs) in peers.items():
-        grants, waits, above, out_of_order, most = [], [], 0, 0.0, 0
+        grants, waits, rates, above, out_of_order, most = [], [], [], 0, 0.0, 0
         for p in range(pairs):
             runs = {}
             for side in ("ours", "theirs") if p % 2 == 0 else ("theirs", "ours"):
@@ -328,6 +328,7 @@ def measure_pairs(redis_url, pairs, duration, processes=PROCESSES_GOAL):
                 else:
                     runs[side] = _row(theirs(duration), limit, duration)
             mine, other = runs["ours"], runs["theirs"]
+            rates.append((mine["grants_per_s"], other["grants_per_s"]))
             grants.append(mine["grants_per_s"] / other["grants_per_s"])
             waits.append(mine["wait_p99_ms"] / other["wait_p99_ms"])
             above += mine["above_limit"]
@@ -337,6 +338,7 @@ def measure_pairs(redis_url, pairs, duration, processes=PROCESSES_GOAL):
             "mine": f"ours, LIMIT {limit}",
             "grants": sorted(grants),
             "wait_p99": sorted(waits),
+            "rates": rates,  # (ours, theirs) grants/s, pair by pair
             "above_limit": above,
             "server_out_of_order": out_of_order,
             "server_max_overtaken": most,

@@ -429,20 +429,22 @@ def _cpu_rows(c, add):
         )
     paired = c.get("paired")
     if paired:
-        for holders, ratios in paired["server"].items():
-            q1, x, q3 = quartiles(ratios)
+        spread = f"{paired['pairs']} pairs of {paired['cycles']} cycles; resampled quartiles"
+        for holders, (q1, x, q3) in paired["server"].items():
+            mine, seed = paired["server_above"][holders]
             add(
                 "CPU usec/cycle",
                 f"ours / seed above the PING pair, server, {_holders(holders)}, adjacent pairs",
                 f"{x:.2f} x",
-                f"quartiles {q1:.2f}..{q3:.2f}, {len(ratios)} pairs of {paired['cycles']} cycles",
+                f"+{mine:.1f} / +{seed:.1f} usec (medians); {spread} {q1:.2f}..{q3:.2f}",
             )
-        q1, x, q3 = quartiles(paired["client"])
+        q1, x, q3 = paired["client"]
+        mine, seed = paired["client_above"]
         add(
             "CPU usec/cycle",
             f"ours / seed above the PING pair, client, {_holders(c['holder_counts'][0])}, adjacent pairs",
             f"{x:.2f} x",
-            f"quartiles {q1:.2f}..{q3:.2f}, {len(paired['client'])} pairs of {paired['cycles']} cycles",
+            f"+{mine:.1f} / +{seed:.1f} usec (medians); {spread} {q1:.2f}..{q3:.2f}",
         )
     node = c.get("node")
     if node and "skipped" in node:
@@ -560,7 +562,7 @@ def _server_cpu_goals(c, number, target):
     for holders, x in c["server_vs_seed"].items():
         measured = f"{x:.2f} x seed"
         if paired:
-            q1, x, q3 = quartiles(paired["server"][holders])
+            q1, x, q3 = paired["server"][holders]
             measured = f"{x:.2f} x seed ({q1:.2f}..{q3:.2f}, {paired['pairs']} pairs)"
         rows.append(
             (
@@ -578,7 +580,7 @@ def _client_cpu_goal(c, label, target):
     x, measured = c["client_vs_seed"], f"{c['client_vs_seed']:.2f} x seed"
     paired = c.get("paired")
     if paired:
-        q1, x, q3 = quartiles(paired["client"])
+        q1, x, q3 = paired["client"]
         measured = f"{x:.2f} x seed ({q1:.2f}..{q3:.2f}, {paired['pairs']} pairs)"
     return (label, measured, f"<= {target} x", _goal(x <= target))
 
