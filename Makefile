@@ -107,8 +107,9 @@ screenshots: $(STAMP)
 	SEMAPHORE_SCREENSHOTS=docs/images SEMAPHORE_REQUIRE_BROWSER=1 \
 		$(BIN)/python -m pytest -m browser tests/system/test_admin_browser.py tests/system/test_demo.py tests/system/test_runtime_control_browser.py $(PYTEST_ARGS)
 
-# One table of every benchmark figure against throwaway redis-servers (about 7
-# minutes), ending with issue 15's goals; also writes docs/images/bench-cycles.png and
+# One table of every benchmark figure against throwaway redis-servers (about 14
+# minutes on 2 cores), ending with the goals blocks of issues 15, 23 and 25; also
+# writes docs/images/bench-cycles.png and
 # bench-cpu.png. The node peer (swarthy/redis-semaphore) runs when node and npm are on
 # PATH (its packages installed by npm in benchmarks/node), else its rows say skipped.
 # BENCH_ARGS=--quick for a smoke run.
