@@ -555,8 +555,8 @@ def _holders(n):
 
 def _server_cpu_goals(c, number, target):
     """Goal rows: the server CPU above a PING pair against the seed's, per holder count:
-    from the adjacent pairs when the run measured them (median, quartiles in
-    brackets), else the ratio of the rounds' medians."""
+    from the adjacent pairs when the run measured them (the ratio of their
+    medians, resampled quartiles in brackets), else from the rounds."""
     paired = c.get("paired")
     rows = []
     for holders, x in c["server_vs_seed"].items():
