@@ -429,7 +429,7 @@ def _cpu_rows(c, add):
         )
     paired = c.get("paired")
     if paired:
-        spread = f"{paired['pairs']} pairs of {paired['cycles']} cycles; resampled quartiles"
+        spread = f"{_pairs(paired['pairs'])} of {paired['cycles']} cycles; resampled quartiles"
         for holders, (q1, x, q3) in paired["server"].items():
             mine, seed = paired["server_above"][holders]
             add(
@@ -498,7 +498,7 @@ def _contention_goal_rows(g, add):
             f"contention {g['processes']} procs",
             f"{pair['mine']} / {name}, adjacent pairs of {paired['duration']:g} s runs",
             f"{x:.2f} x grants/s",
-            f"quartiles {q1:.2f}..{q3:.2f}, {paired['pairs']} pairs; "
+            f"quartiles {q1:.2f}..{q3:.2f}, {_pairs(paired['pairs'])}; "
             f"p99 wait {w:.2f} x ({w1:.2f}..{w3:.2f}); "
             f"ours: {pair['above_limit']} above LIMIT, "
             f"{pair['server_out_of_order'] * 100:.2f} % out of queue order",
@@ -553,6 +553,10 @@ def _holders(n):
     return f"{n:,} holder{'s' if n != 1 else ''}"
 
 
+def _pairs(n):
+    return f"{n} pair{'s' if n != 1 else ''}"
+
+
 def _server_cpu_goals(c, number, target):
     """Goal rows: the server CPU above a PING pair against the seed's, per holder count:
     from the adjacent pairs when the run measured them (the ratio of their
@@ -563,7 +567,7 @@ def _server_cpu_goals(c, number, target):
         measured = f"{x:.2f} x seed"
         if paired:
             q1, x, q3 = paired["server"][holders]
-            measured = f"{x:.2f} x seed ({q1:.2f}..{q3:.2f}, {paired['pairs']} pairs)"
+            measured = f"{x:.2f} x seed ({q1:.2f}..{q3:.2f}, {_pairs(paired['pairs'])})"
         rows.append(
             (
                 f"{number} server CPU above PING pair, {_holders(holders)}",
@@ -581,7 +585,7 @@ def _client_cpu_goal(c, label, target):
     paired = c.get("paired")
     if paired:
         q1, x, q3 = paired["client"]
-        measured = f"{x:.2f} x seed ({q1:.2f}..{q3:.2f}, {paired['pairs']} pairs)"
+        measured = f"{x:.2f} x seed ({q1:.2f}..{q3:.2f}, {_pairs(paired['pairs'])})"
     return (label, measured, f"<= {target} x", _goal(x <= target))
 
 
@@ -645,7 +649,7 @@ def _cycle_goals(cyc):
     if "paired" in cyc:
         p = cyc["paired"]
         figures = {name: q[1] for name, q in p["vs"].items()}
-        spread = {name: f" ({q[0]:.2f}..{q[2]:.2f}, {p['pairs']} pairs)" for name, q in p["vs"].items()}
+        spread = {name: f" ({q[0]:.2f}..{q[2]:.2f}, {_pairs(p['pairs'])})" for name, q in p["vs"].items()}
     else:
         figures = _interleaved_vs(cyc)
         spread = dict.fromkeys(figures, "")
@@ -720,7 +724,7 @@ def _versus_peers(g, waits=False):
         pair = paired.get("peers", {}).get(name)
         if pair:
             q1, x, q3 = quartiles(pair["grants"])
-            measured = f"{x:.2f} x ({q1:.2f}..{q3:.2f}, {paired['pairs']} pairs); one run {single}"
+            measured = f"{x:.2f} x ({q1:.2f}..{q3:.2f}, {_pairs(paired['pairs'])}); one run {single}"
             rows.append((f"3 {row['peer']} vs {name}", measured, ">= 1.00 x (peer)", _goal(x >= 1.0)))
         else:
             ok = mine["grants_per_s"] >= row["grants_per_s"]
@@ -730,7 +734,7 @@ def _versus_peers(g, waits=False):
         single = f"{mine['wait_p99_ms']:.1f} vs {row['wait_p99_ms']:.1f} ms"
         if pair:
             q1, x, q3 = quartiles(pair["wait_p99"])
-            measured = f"{x:.2f} x ({q1:.2f}..{q3:.2f}, {paired['pairs']} pairs); one run {single}"
+            measured = f"{x:.2f} x ({q1:.2f}..{q3:.2f}, {_pairs(paired['pairs'])}); one run {single}"
             rows.append(
                 (f"3 {row['peer']}: p99 wait vs {name}", measured, "<= 0.50 x (half)", _goal(x <= 0.5))
             )
