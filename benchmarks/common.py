@@ -1,6 +1,7 @@
 """Helpers shared by the benchmark sections: Django set-up, timing, statistics."""
 
 import os
+import random
 import statistics
 import time
 
@@ -83,14 +84,20 @@ def paired(fn, other, pairs, seconds):
     """
     ratios = []
     for p in range(pairs):
-        if p % 2 == 0:
-            mine = rate(fn, seconds)
-            theirs = rate(other, seconds)
-        else:
-            theirs = rate(other, seconds)
-            mine = rate(fn, seconds)
+        mine, theirs = in_turn(p, lambda: rate(fn, seconds), lambda: rate(other, seconds))
         ratios.append(mine / theirs)
     return sorted(ratios)
+
+
+def in_turn(p, mine, other):
+    """Run ``mine()`` and ``other()`` back to back, ``mine`` first in an even pair
+    ``p`` and second in an odd one (ABBA: neither always runs first); their
+    results, ``mine``'s first."""
+    if p % 2 == 0:
+        first = mine()
+        return first, other()
+    second = other()
+    return mine(), second
 
 
 def quartiles(values):
@@ -107,8 +114,6 @@ def ratio_of_medians(mine, other, resamples=2000):
     (lower quartile, figure, upper quartile), the quartiles those of the same
     ratio over ``resamples`` resamplings of the pairs (with replacement, a
     fixed seed: the same data gives the same figures)."""
-    import random
-
     figure = median(mine) / median(other)
     pick = random.Random(0).choices
     n = len(mine)

@@ -10,8 +10,9 @@ overlap above LIMIT is a real over-admission.
 import multiprocessing
 import time
 import uuid
+from functools import partial
 
-from .common import ALGORITHMS, sweep
+from .common import ALGORITHMS, in_turn, sweep
 
 LIMIT = 5
 HOLD = 0.001  # seconds a granted process keeps its slot
@@ -294,6 +295,11 @@ def _node_contenders(redis_url, limit, processes, duration):
     return node_workers(redis_url, key, limit, processes, duration, HOLD)
 
 
+def _run(contenders, limit, duration):
+    """One run of ``contenders(duration)`` (their triples), as its row."""
+    return _row(contenders(duration), limit, duration)
+
+
 def measure_pairs(redis_url, pairs, duration, processes=PROCESSES_GOAL):
     """Goal 3's ratios as adjacent pairs: ours beside each peer, one run right
     after the other (ABBA: the order swaps from pair to pair), ``pairs`` times.
@@ -320,14 +326,11 @@ def measure_pairs(redis_url, pairs, duration, processes=PROCESSES_GOAL):
     result = {"pairs": pairs, "duration": duration, "peers": {}}
     for name, (limit, theirs) in peers.items():
         grants, waits, rates, above, out_of_order, most = [], [], [], 0, 0.0, 0
+        ours = partial(_python_contenders, "ours", limit, processes)
         for p in range(pairs):
-            runs = {}
-            for side in ("ours", "theirs") if p % 2 == 0 else ("theirs", "ours"):
-                if side == "ours":
-                    runs[side] = _row(_python_contenders("ours", limit, processes, duration), limit, duration)
-                else:
-                    runs[side] = _row(theirs(duration), limit, duration)
-            mine, other = runs["ours"], runs["theirs"]
+            mine, other = in_turn(
+                p, partial(_run, ours, limit, duration), partial(_run, theirs, limit, duration)
+            )
             rates.append((mine["grants_per_s"], other["grants_per_s"]))
             grants.append(mine["grants_per_s"] / other["grants_per_s"])
             waits.append(mine["wait_p99_ms"] / other["wait_p99_ms"])

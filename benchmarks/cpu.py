@@ -23,10 +23,11 @@ Then ours and the seed alone, as adjacent pairs per holder count
 """
 
 import time
+from functools import partial
 
 from django_semaphore.backend import connection
 
-from .common import median, ratio_of_medians
+from .common import in_turn, median, ratio_of_medians
 from .cycles import cycle, fill, metrics_off, semaphore
 from .peers import node_cpu, pip_peers, seed_cycle
 
@@ -138,12 +139,9 @@ def _paired(client, contenders, ping_pair, holder_counts, pairs, cycles=PAIR_CYC
         ours, seed = contenders[("ours", h)], contenders[("seed", h)]
         for p in range(pairs):
             ps, pc = _batch(client, ping_pair, cycles)
-            if p % 2 == 0:
-                s, c = _batch(client, ours, cycles)
-                ss, sc = _batch(client, seed, cycles)
-            else:
-                ss, sc = _batch(client, seed, cycles)
-                s, c = _batch(client, ours, cycles)
+            (s, c), (ss, sc) = in_turn(
+                p, partial(_batch, client, ours, cycles), partial(_batch, client, seed, cycles)
+            )
             server[h][0].append(s - ps)
             server[h][1].append(ss - ps)
             if h == holder_counts[0]:
