@@ -12,7 +12,10 @@
 -- a caller enforcing would have refused; 0), slots "3,5" ('' without SLOTS),
 -- and, granted by the common case only (absent otherwise): quiet (1: nobody
 -- waited and no hold time was wanted, so that its release may be plain
--- commands; 0), full (1: no permit is left free after this grant; 0)}, or
+-- commands; 0), full (1: no permit is left free after this grant; 0)}, or,
+-- granted beside waiters ahead whose permits were free too (granted first),
+-- {1, token, acquired_ms, expires_ms, over limit, slots, wake TTL ms, id,
+-- grant, ...} (an odd tail: never eight values), or
 -- when refused
 -- {0, estimate ms, waiters ahead, recheck ms, ticket number or '', queue full
 -- (1: refused because max waiters wait; 0), [wake TTL ms, id, ...]}:
@@ -226,11 +229,26 @@ if fits or over == 1 then
     -- A wake-up pushed to this waiter and not read any more.
     if KEYS[8] then redis.call('DEL', KEYS[8]) end
   end
+  -- Waiters ahead whose permits are free too (a lease expired, which wakes
+  -- nobody, or a quiet release's serve.lua is a round trip behind): granted
+  -- first, so that the tokens follow the queue, and woken by the caller (the
+  -- reply's wake-up tail, as total_acquire.lua's).
+  local first = nil
+  if ahead > 0 and over == 0 then
+    first = {}
+    local st = grant_state(now, clock, {holders = holders + 1, head = {head[1], extra, head[4]}})
+    st.fresh = holders == 0
+    waiting = waiting - grant_first(st, needed_ahead, first, limit)
+    head[1], extra, watermark = st.counter, st.extra, st.watermark
+  end
   local result = grant(expires, holders == 0, over)
   if member then
     flag_waiters(nil)
   else
     flag_waiters(waiting > 0)
+  end
+  if first then
+    for i, v in ipairs(first) do result[6 + i] = v end
   end
   return result
 end

@@ -20,7 +20,7 @@ import pytest
 
 from django_semaphore import Semaphore
 from django_semaphore.backend import connection
-from tests.support.helpers import server_ms, until, wait_until
+from tests.support.helpers import expire_now, server_ms, until, wait_until
 
 WAITER = textwrap.dedent(
     """
@@ -302,6 +302,29 @@ def test_a_newcomer_cannot_overtake_a_queued_waiter():
     waiter.join(10)
     assert result["value"] is not None
     assert [h.identifier for h in sem.holders()] == [result["value"].identifier]
+
+
+def test_a_newcomer_let_in_beside_a_waiter_is_granted_after_it(raw_redis):
+    # Permits came free with nobody serving the waiter: two leases expired (which
+    # wakes nobody; so does a quiet release until its serve.lua, one round trip
+    # later). A newcomer for whom there is room too is let in, but the waiter ahead
+    # of it is granted first, so that the fencing tokens follow the queue. Before:
+    # the newcomer's token came first, and the waiter got its permit when it next
+    # looked (make bench's server-clock FIFO figure counted it out of order).
+    sem = Semaphore("beside", limit=2, timeout=30)
+    holders = [sem.acquire(), sem.acquire()]
+    waiter, result = _in_thread(sem, wait=20)
+    wait_until(lambda: sem.status().waiting == 1, message="waiter queued")
+    for lease in holders:
+        expire_now(raw_redis, lease.keys.timeouts, lease.identifier)
+    newcomer = sem.acquire()
+    assert newcomer is not None
+    waiter.join(10)
+    assert result["lease"] is not None
+    assert result["lease"].token < newcomer.token
+    assert sorted(h.identifier for h in sem.holders()) == sorted(
+        [newcomer.identifier, result["lease"].identifier]
+    )
 
 
 @pytest.mark.usefixtures("backend")

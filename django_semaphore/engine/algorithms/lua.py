@@ -100,9 +100,13 @@ class Lua:
         while used and options[used - 1] == _DEFAULTS[used - 1]:
             used -= 1
         reply = yield Script(ACQUIRE, script_keys, args + options[:used])
-        common = reply[0] == 1 and len(reply) > 6  # granted by the common case
+        # Granted by the common case: eight values (a wake-up tail is odd).
+        common = reply[0] == 1 and len(reply) == 8
         self._next_fast(timeouts, common and reply[7] == 0)  # a permit is left free
         if reply[0] == 1:
+            if not common:
+                # Waiters ahead whose permits were free too, granted first.
+                yield from wake(keys, reply, 6)
             numbers = parse_slots(reply[5]) if request.slots else ()
             granted = Granted(as_int(reply[1]), reply[2], reply[3], reply[4] == 1, numbers, request.permits)
             granted.quiet = common and reply[6] == 1
