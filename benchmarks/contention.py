@@ -19,12 +19,14 @@ HOLD = 0.001  # seconds a granted process keeps its slot
 PROCESSES = (1, 4, 16, 32)
 
 
-def _worker(name, algorithm, start_at, duration, out):
+def _worker(name, algorithm, gate, duration, out):
     from django_semaphore import Semaphore
     from django_semaphore.backend import connection
 
     connection.reset()  # never share the parent's sockets
     sem = Semaphore(name, limit=LIMIT, timeout=10, algorithm=algorithm)
+    connection.get_client().ping()  # connected before the start
+    start_at = gate.wait()
     grants = refusals = errors = 0
     intervals = []
     monotonic, sleep = time.monotonic, time.sleep
@@ -50,18 +52,8 @@ def _worker(name, algorithm, start_at, duration, out):
 
 
 def run(algorithm, processes, duration):
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
     name = f"contention-{algorithm}-{processes}-{uuid.uuid4().hex[:6]}"
-    start_at = time.monotonic() + 0.3 + 0.02 * processes
-    workers = [
-        ctx.Process(target=_worker, args=(name, algorithm, start_at, duration, out)) for _ in range(processes)
-    ]
-    for w in workers:
-        w.start()
-    results = [out.get(timeout=duration + 60) for _ in workers]
-    for w in workers:
-        w.join()
+    results = _forked(_worker, lambda n, gate: (name, algorithm, gate, duration), processes, duration + 60)
     grants = sum(r[0] for r in results)
     refusals = sum(r[1] for r in results)
     errors = sum(r[2] for r in results)
@@ -90,7 +82,7 @@ WAIT = 30.0  # seconds: long enough that no request in a run gives up
 FIFO_MARGIN = 0.001  # seconds: an earlier request counts as earlier only by more than this
 
 
-def _waiting_worker(kind, name, limit, start_at, duration, out):
+def _waiting_worker(kind, name, limit, gate, duration, out):
     from django_semaphore import Semaphore
     from django_semaphore.backend import connection
 
@@ -116,7 +108,11 @@ def _waiting_worker(kind, name, limit, start_at, duration, out):
                 raise RuntimeError(f"{kind}: no lock within 60 s")
             return give, None
 
-    connection.get_client().ping()  # connected before the start
+    # Connected, scripts loaded, threads started before the start, as the node
+    # peer's workers are (bench.js: one acquire and release, then "ready").
+    release, _ = acquire()
+    release()
+    start_at = gate.wait()
     triples = []
     monotonic, sleep = time.monotonic, time.sleep
     while monotonic() < start_at:
@@ -135,16 +131,55 @@ def _waiting_worker(kind, name, limit, start_at, duration, out):
     out.put(triples)
 
 
+START_LEAD = 0.2  # seconds from the last process ready to the start (node_workers' too)
+
+
+class _Gate:
+    """One start time for forked processes, set once every one of them is ready.
+
+    A process calls :meth:`wait` when it is ready (connected, warmed up) and
+    gets the start time; the parent's :meth:`open` waits for all of them, then
+    sets it :data:`START_LEAD` ahead, as :func:`peers.node_workers` starts the
+    node peer's processes: no contender's start-up is measured.  (A start time
+    fixed when the processes were forked measured ours while 16 processes were
+    still starting on 2 cores, the node peer only once its processes were ready.)
+    """
+
+    def __init__(self, ctx):
+        self._ready = ctx.Semaphore(0)
+        self._go = ctx.Event()
+        self._at = ctx.Value("d", 0.0)
+
+    def wait(self):
+        self._ready.release()
+        self._go.wait()
+        return self._at.value
+
+    def open(self, processes, timeout):
+        for _ in range(processes):
+            if not self._ready.acquire(timeout=timeout):
+                raise RuntimeError(f"a forked process was not ready within {timeout} s")
+        self._at.value = time.monotonic() + START_LEAD
+        self._go.set()
+
+
 def _forked(target, args_of, processes, timeout):
-    """Run ``target(*args_of(n, start_at), out)`` in ``processes`` forked processes that
-    start together at ``start_at``; the value each puts on ``out``."""
+    """Run ``target(*args_of(n, gate), out)`` in ``processes`` forked processes that
+    start together at the time ``gate.wait()`` gives them (see :class:`_Gate`);
+    the value each puts on ``out``."""
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
-    start_at = time.monotonic() + 0.3 + 0.02 * processes
-    workers = [ctx.Process(target=target, args=(*args_of(n, start_at), out)) for n in range(processes)]
+    gate = _Gate(ctx)
+    workers = [ctx.Process(target=target, args=(*args_of(n, gate), out)) for n in range(processes)]
     for w in workers:
         w.start()
-    results = [out.get(timeout=timeout) for _ in workers]
+    try:
+        gate.open(processes, WAIT + 60)
+        results = [out.get(timeout=timeout) for _ in workers]
+    except BaseException:
+        for w in workers:
+            w.kill()
+        raise
     for w in workers:
         w.join()
     return results
@@ -154,7 +189,7 @@ def _python_contenders(kind, limit, processes, duration):
     name = f"fifo-{kind.split()[0]}-{limit}-{uuid.uuid4().hex[:6]}"
     results = _forked(
         _waiting_worker,
-        lambda n, start_at: (kind, name, limit, start_at, duration),
+        lambda n, gate: (kind, name, limit, gate, duration),
         processes,
         duration + WAIT + 60,
     )
@@ -238,13 +273,14 @@ def _row(triples, limit, duration, peer=None):
     }
 
 
-def _baton_worker(n, batons, lists, start_at, duration, out):
+def _baton_worker(n, batons, lists, gate, duration, out):
     from django_semaphore.backend import connection
 
     connection.reset()  # never share the parent's sockets
     client = connection.get_client()
     mine, after = lists[n], lists[(n + 1) % len(lists)]
     client.ping()
+    start_at = gate.wait()
     if n < batons:
         while time.monotonic() < start_at:
             time.sleep(0.0005)
@@ -277,7 +313,7 @@ def fifo_floor(processes, duration, batons=1):
     grants = sum(
         _forked(
             _baton_worker,
-            lambda n, start_at: (n, batons, lists, start_at, duration),
+            lambda n, gate: (n, batons, lists, gate, duration),
             processes,
             duration + 2 * WAIT + 60,
         )
