@@ -141,8 +141,8 @@ class _Gate:
     gets the start time; the parent's :meth:`open` waits for all of them, then
     sets it :data:`START_LEAD` ahead, as :func:`peers.node_workers` starts the
     node peer's processes: no contender's start-up is measured.  (A start time
-    fixed when the processes were forked measured ours while 16 processes were
-    still starting on 2 cores, the node peer only once its processes were ready.)
+    fixed when the processes were forked counted each Python process's first
+    acquire, with its start-up, and the node peer's not.)
     """
 
     def __init__(self, ctx):
