@@ -236,8 +236,9 @@ if fits or over == 1 then
   local first = nil
   if ahead > 0 and over == 0 then
     first = {}
-    local st = grant_state(now, clock, {holders = holders + 1, head = {head[1], extra, head[4]}})
-    st.fresh = holders == 0
+    -- (`holders`: the count before this caller's ZADD, so that st.fresh says
+    -- whether that ZADD created the timeouts ZSET.)
+    local st = grant_state(now, clock, {holders = holders, head = {head[1], extra, head[4]}})
     waiting = waiting - grant_first(st, needed_ahead, first, limit)
     head[1], extra, watermark = st.counter, st.extra, st.watermark
   end
