@@ -9,6 +9,9 @@ ALGORITHMS = ("lua", "fair_locked", "fair", "basic")
 #: The seed's contender in the cycle rows (Redis in Action 11.2.3's Lua acquire and a ZREM), by its name.
 SEED = "seed Lua + ZREM"
 META = None  # the app still stores {"host", "pid"} with every holder
+#: Seconds from the last contending process ready to the start of a contended run
+#: (contention._Gate for forked Python processes, peers.node_workers for node).
+START_LEAD = 0.2
 
 
 def setup_django(redis_url):

@@ -12,7 +12,7 @@ import time
 import uuid
 from functools import partial
 
-from .common import ALGORITHMS, in_turn, sweep
+from .common import ALGORITHMS, START_LEAD, in_turn, sweep
 
 LIMIT = 5
 HOLD = 0.001  # seconds a granted process keeps its slot
@@ -129,9 +129,6 @@ def _waiting_worker(kind, name, limit, gate, duration, out):
             (requested, granted, released) if token is None else (requested, granted, released, *token)
         )
     out.put(triples)
-
-
-START_LEAD = 0.2  # seconds from the last process ready to the start (node_workers' too)
 
 
 class _Gate:

@@ -17,6 +17,8 @@ import subprocess
 import time
 import uuid
 
+from .common import START_LEAD
+
 LEASE = 600  # seconds: no peer's lease expires during a run
 
 # Listing 11.8, verbatim apart from whitespace.
@@ -136,7 +138,7 @@ def node_workers(url, key, limit, processes, duration, hold):
     """Contended node processes (bench.js "worker"), all started on one instant: their triples.
 
     Each connects and says "ready"; once all have, they are sent one start
-    time (``time.monotonic()`` + 0.2 s), so node's start-up is not measured.
+    time (``time.monotonic()`` + :data:`common.START_LEAD`), so node's start-up is not measured.
     """
     args = {"mode": "worker", "url": url, "key": key, "limit": limit, "duration": duration, "hold": hold}
     workers = [
@@ -154,7 +156,7 @@ def node_workers(url, key, limit, processes, duration, hold):
         for w in workers:
             if w.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"node worker failed: {w.stderr.read().strip()[-500:]}")
-        start_at = time.monotonic() + 0.2
+        start_at = time.monotonic() + START_LEAD
         for w in workers:
             w.stdin.write(f"{start_at!r}\n")
             w.stdin.flush()
